@@ -1,0 +1,43 @@
+# A fresh clone needs only `make run` and `make test`; both set up .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SPARK_SUBMIT := $(VENV)/bin/spark-submit
+SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
+	--master local[2] --properties-file spark-conf/spark-defaults.conf
+
+.PHONY: setup run test lint bench clean java
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	@$(MAKE) --no-print-directory java
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+java:
+	@if ! command -v java >/dev/null 2>&1; then \
+		echo "java not found: installing openjdk-17-jre-headless"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+	fi
+	@java -version 2>&1 | head -1
+
+run: $(STAMP)
+	$(SUBMIT) jobs/demo.py --root warehouse/events
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check partitioning pipelines jobs tests benchmarks
+	$(PY) -m mypy partitioning
+
+bench: $(STAMP)
+	$(PY) -m pytest -q -m bench benchmarks -s -p no:cacheprovider
+
+clean:
+	rm -rf warehouse .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,80 @@
+"""One error root for the project, mapped onto ``lance_namespace`` error classes.
+
+Every error a user can trigger is a :class:`PartitioningError`. Each subclass also
+inherits the matching ``lance_namespace`` error so that callers handling namespace
+errors by class or by ``code`` (seed 004) see the codes they expect. Errors caused
+by bad input additionally subclass :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from lance_namespace.errors import (
+    ConcurrentModificationError,
+    InvalidInputError,
+    InvalidTableStateError,
+    LanceNamespaceError,
+    NamespaceAlreadyExistsError,
+    NamespaceNotFoundError,
+    TableNotFoundError,
+)
+
+
+class PartitioningError(LanceNamespaceError):
+    """Root of every error raised by this project."""
+
+
+class InvalidInput(PartitioningError, InvalidInputError, ValueError):
+    """Bad input from the caller (code 13)."""
+
+
+class SpecError(InvalidInput):
+    """A partition spec or partition field is invalid."""
+
+
+class SchemaError(InvalidInput):
+    """A schema, column or type is invalid or incompatible."""
+
+
+class NamespaceNotFound(PartitioningError, NamespaceNotFoundError):
+    """The root or a child namespace does not exist (code 1)."""
+
+
+class NamespaceAlreadyExists(PartitioningError, NamespaceAlreadyExistsError):
+    """A partitioned namespace already exists at the root (code 2)."""
+
+
+class TableNotFound(PartitioningError, TableNotFoundError):
+    """A partition table does not exist (code 4)."""
+
+
+class ConcurrentModification(PartitioningError, ConcurrentModificationError):
+    """A ``__manifest`` commit lost to concurrent writers too many times (code 14)."""
+
+
+class CorruptNamespace(PartitioningError, InvalidTableStateError):
+    """The stored namespace metadata cannot be parsed (code 19)."""
+
+
+@contextmanager
+def translate_lance_errors(action: str) -> Iterator[None]:
+    """Turn errors escaping pylance/pyarrow into one-line :class:`PartitioningError` s.
+
+    This is the single place where errors from the storage layer are translated.
+    ``action`` says what was being done, e.g. ``"open __manifest at /data/ns"``.
+    """
+    try:
+        yield
+    except PartitioningError:
+        raise
+    except FileNotFoundError as exc:
+        raise NamespaceNotFound(f"{action}: not found") from exc
+    except (OSError, RuntimeError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "not found" in first_line.lower() or "does not exist" in first_line.lower():
+            raise NamespaceNotFound(f"{action}: not found") from exc
+        if "conflict" in first_line.lower() or "concurrent" in first_line.lower():
+            raise ConcurrentModification(f"{action}: {first_line}") from exc
+        raise PartitioningError(f"{action}: {first_line}") from exc

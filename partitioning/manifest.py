@@ -1,0 +1,110 @@
+"""The ``__manifest`` Lance table of a partitioned namespace (SPEC-NOTES 1, 5, 6).
+
+This module is the only writer of ``__manifest``. It keeps pylance's
+directory-namespace columns exactly as pylance creates them, adds the
+``read_*`` and ``partition_field_*`` columns, stores the root properties in the
+table metadata, and writes rows with ``merge_insert`` on ``object_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import lance
+import pyarrow as pa
+
+from partitioning.errors import NamespaceAlreadyExists, NamespaceNotFound, translate_lance_errors
+
+MANIFEST_DIR = "__manifest"
+SCHEMA_KEY = "schema"
+SPEC_KEY_PREFIX = "partition_spec_v"
+PARTITION_COLUMN_PREFIX = "partition_field_"
+PK_METADATA = {"lance-schema:unenforced-primary-key:position": "0"}
+
+BASE_FIELDS = (
+    pa.field("object_id", pa.string(), nullable=False, metadata=PK_METADATA),
+    pa.field("object_type", pa.string(), nullable=False),
+    pa.field("location", pa.string()),
+    pa.field("metadata", pa.string()),
+    pa.field("base_objects", pa.list_(pa.field("object_id", pa.string()))),
+)
+VERSION_FIELDS = (
+    pa.field("read_version", pa.uint64()),
+    pa.field("read_branch", pa.string()),
+    pa.field("read_tag", pa.string()),
+)
+
+
+def join_uri(root: str, name: str) -> str:
+    """``root/name`` for local paths and object-store URIs alike."""
+    return f"{root.rstrip('/')}/{name}"
+
+
+def partition_column(field_id: str) -> str:
+    return f"{PARTITION_COLUMN_PREFIX}{field_id}"
+
+
+def manifest_schema(partition_columns: Mapping[str, pa.DataType]) -> pa.Schema:
+    """The full ``__manifest`` schema for the given partition field ids and result types."""
+    extra = [pa.field(partition_column(fid), t, nullable=True) for fid, t in partition_columns.items()]
+    return pa.schema([*BASE_FIELDS, *VERSION_FIELDS, *extra])
+
+
+class ManifestStore:
+    """Reads and writes one ``__manifest`` dataset."""
+
+    def __init__(self, root: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.uri = join_uri(root, MANIFEST_DIR)
+        self.storage_options = dict(storage_options) if storage_options else None
+
+    # -- open / create -------------------------------------------------------------------
+    def exists(self) -> bool:
+        try:
+            self.dataset()
+        except NamespaceNotFound:
+            return False
+        return True
+
+    def dataset(self, version: int | None = None) -> lance.LanceDataset:
+        with translate_lance_errors(f"open {self.uri}"):
+            try:
+                return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+            except ValueError as exc:
+                if "was not found" in str(exc) or "not found" in str(exc).lower():
+                    raise NamespaceNotFound(
+                        f"no namespace at {self.root}: {self.uri} does not exist"
+                        + (f" at version {version}" if version is not None else "")
+                    ) from exc
+                raise
+
+    def create(self, rows: pa.Table, metadata: Mapping[str, str]) -> lance.LanceDataset:
+        """Create ``__manifest`` with its first rows, then store the root properties."""
+        with translate_lance_errors(f"create {self.uri}"):
+            try:
+                ds = lance.write_dataset(
+                    rows, self.uri, schema=rows.schema, mode="create", storage_options=self.storage_options
+                )
+            except OSError as exc:
+                if "already exists" in str(exc).lower() or "exists" in str(exc).lower():
+                    raise NamespaceAlreadyExists(f"a namespace already exists at {self.root}") from exc
+                raise
+            ds.update_metadata(dict(metadata))
+            return ds
+
+    # -- reads -----------------------------------------------------------------------------
+    @staticmethod
+    def metadata_of(ds: lance.LanceDataset) -> dict[str, str]:
+        return dict(ds.metadata or {})
+
+    @staticmethod
+    def rows_of(ds: lance.LanceDataset, columns: list[str] | None = None, filter: str | None = None) -> pa.Table:
+        with translate_lance_errors(f"read {ds.uri}"):
+            return ds.to_table(columns=columns, filter=filter)
+
+    # -- writes ----------------------------------------------------------------------------
+    def merge_rows(self, ds: lance.LanceDataset, rows: pa.Table) -> lance.LanceDataset:
+        """Upsert rows by ``object_id`` in one commit (the spec's atomic manifest commit)."""
+        with translate_lance_errors(f"commit {self.uri}"):
+            rows = rows.select(ds.schema.names).cast(ds.schema)
+            ds.merge_insert("object_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+        return self.dataset()

@@ -1,0 +1,450 @@
+"""``PartitionedNamespace``: create, load and inspect a Lance partitioned namespace.
+
+The namespace state (schema, specs, partition tables) is read from one
+``__manifest`` version, so every answer of one ``PartitionedNamespace`` object is
+consistent with that version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import hashlib
+import hmac
+import re
+import secrets
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from partitioning.errors import (
+    ConcurrentModification,
+    CorruptNamespace,
+    InvalidInput,
+    NamespaceNotFound,
+    SpecError,
+)
+from partitioning.manifest import (
+    SCHEMA_KEY,
+    SPEC_KEY_PREFIX,
+    ManifestStore,
+    join_uri,
+    manifest_schema,
+    partition_column,
+)
+from partitioning.schema import NamespaceSchema
+from partitioning.spec import PartitionSpec, parse_partition_by
+
+__all__ = ["PartitionTable", "PartitionedNamespace", "TableCommit"]
+
+_NAME_ALPHABET = string.ascii_lowercase + string.digits
+PartitionKey = tuple[Any, ...]
+_SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
+TABLE_NAME = "dataset"
+DEFAULT_COMMIT_RETRIES = 8
+
+
+def keyed_namespace_name(seed: bytes, parent: str, prefix: PartitionKey) -> str:
+    """A 16-character ``[a-z0-9]`` name, pseudo-random under a CSPRNG ``seed``.
+
+    Every task of one write derives the same name for the same new namespace, so
+    executors can write new partitions without asking the driver, while names of
+    different writes stay unpredictable and unrelated.
+    """
+    digest = hmac.new(seed, f"{parent}\x00{prefix!r}".encode(), hashlib.sha256).digest()
+    n = int.from_bytes(digest, "big")
+    chars = []
+    for _ in range(16):
+        n, r = divmod(n, 36)
+        chars.append(_NAME_ALPHABET[r])
+    return "".join(chars)
+
+
+def table_location(object_id: str) -> str:
+    """``<8 lowercase hex>_<object_id>``, as pylance's DirectoryNamespace names table directories."""
+    return f"{secrets.token_hex(4)}_{object_id}"
+
+
+def format_partition_value(value: Any) -> str | None:
+    """A partition value as a runtime-property string (SPEC-NOTES 17)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+@dataclass(frozen=True)
+class PartitionTable:
+    """One partition table (a leaf ``dataset``) as recorded in ``__manifest``."""
+
+    object_id: str
+    location: str
+    uri: str
+    spec_id: int
+    values: Mapping[str, Any]
+    read_version: int | None
+    read_branch: str | None = None
+    read_tag: str | None = None
+
+    @property
+    def key(self) -> PartitionKey:
+        return tuple(self.values.values())
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """A request to point one partition's table at ``read_version`` in the next manifest commit.
+
+    ``location`` is where the data was written; for a partition that already exists in
+    the manifest it must be that table's location.
+    """
+
+    spec_id: int
+    values: Mapping[str, Any]
+    location: str
+    read_version: int
+    object_id: str | None = None
+
+
+@dataclass
+class _State:
+    version: int
+    metadata: dict[str, str]
+    schema: NamespaceSchema
+    specs: dict[int, PartitionSpec]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+class PartitionedNamespace:
+    """A partitioned namespace rooted at ``root`` (local path or object-store URI)."""
+
+    def __init__(self, root: str, state: _State, storage_options: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.storage_options = dict(storage_options) if storage_options else None
+        self._store = ManifestStore(root, storage_options)
+        self._state = state
+        self._seed = secrets.token_bytes(32)
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        root: str,
+        schema: pa.Schema | NamespaceSchema,
+        spec: PartitionSpec | str | Mapping[str, Any] | Sequence[str],
+        storage_options: Mapping[str, str] | None = None,
+    ) -> PartitionedNamespace:
+        """Create a namespace with ``schema`` and its first partition spec (id 1).
+
+        ``spec`` may be a PartitionSpec, its JSON text or object, or a list of
+        partition expressions such as ``["day(ts)", "bucket[16](user_id)"]``.
+        """
+        ns_schema = schema if isinstance(schema, NamespaceSchema) else NamespaceSchema.from_arrow(schema)
+        if isinstance(spec, list | tuple):
+            first = parse_partition_by(list(spec), ns_schema)
+        else:
+            first = PartitionSpec.coerce(spec)  # type: ignore[arg-type]
+        if first.spec_id != 1:
+            raise SpecError(f"the first partition spec must have id 1, got {first.spec_id}")
+        first.validate(ns_schema)
+        store = ManifestStore(root, storage_options)
+        if store.exists():
+            from partitioning.errors import NamespaceAlreadyExists
+
+            raise NamespaceAlreadyExists(f"a namespace already exists at {root}; use PartitionedNamespace.load")
+        columns = {f.field_id: f.arrow_result_type(ns_schema) for f in first.fields}
+        mschema = manifest_schema(columns)
+        row = {name: None for name in mschema.names}
+        row.update(object_id="v1", object_type="namespace", metadata="{}")
+        metadata = {SCHEMA_KEY: ns_schema.to_json(), f"{SPEC_KEY_PREFIX}1": first.to_json()}
+        store.create(pa.Table.from_pylist([row], schema=mschema), metadata)
+        return cls.load(root, storage_options)
+
+    @classmethod
+    def load(
+        cls, root: str, storage_options: Mapping[str, str] | None = None, *, manifest_version: int | None = None
+    ) -> PartitionedNamespace:
+        """Open the namespace at ``root``, optionally as of an older ``__manifest`` version."""
+        store = ManifestStore(root, storage_options)
+        ds = store.dataset(manifest_version)
+        return cls(root, _read_state(ds, root), storage_options)
+
+    def refresh(self) -> PartitionedNamespace:
+        """Re-read the latest ``__manifest`` version."""
+        self._state = _read_state(self._store.dataset(), self.root)
+        return self
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def schema(self) -> pa.Schema:
+        """The namespace schema; every field carries ``lance:field_id`` metadata."""
+        return self._state.schema.arrow
+
+    @property
+    def namespace_schema(self) -> NamespaceSchema:
+        return self._state.schema
+
+    @property
+    def specs(self) -> dict[int, PartitionSpec]:
+        return dict(self._state.specs)
+
+    @property
+    def current_spec(self) -> PartitionSpec:
+        return self._state.specs[max(self._state.specs)]
+
+    @property
+    def manifest_version(self) -> int:
+        return self._state.version
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The root namespace properties (``__manifest`` table metadata)."""
+        return dict(self._state.metadata)
+
+    def __repr__(self) -> str:
+        return f"PartitionedNamespace({self.root!r}, manifest_version={self.manifest_version}, spec={self.current_spec})"
+
+    # -- partitions ---------------------------------------------------------------------------
+    def partitions(self) -> list[PartitionTable]:
+        """One entry per partition table, across all spec versions, ordered by object_id."""
+        out = []
+        for row in self._state.rows:
+            if row["object_type"] != "table":
+                continue
+            spec_id = _spec_id_of(row["object_id"])
+            spec = self._state.specs.get(spec_id)
+            if spec is None:
+                continue
+            values = {f.field_id: row.get(partition_column(f.field_id)) for f in spec.fields}
+            out.append(
+                PartitionTable(
+                    object_id=row["object_id"],
+                    location=row["location"],
+                    uri=join_uri(self.root, row["location"]),
+                    spec_id=spec_id,
+                    values=values,
+                    read_version=row.get("read_version"),
+                    read_branch=row.get("read_branch"),
+                    read_tag=row.get("read_tag"),
+                )
+            )
+        return sorted(out, key=lambda p: p.object_id)
+
+    def find_partition(self, spec_id: int, values: Mapping[str, Any]) -> PartitionTable | None:
+        key = tuple(values.get(f.field_id) for f in self._spec(spec_id).fields)
+        for p in self.partitions():
+            if p.spec_id == spec_id and p.key == key:
+                return p
+        return None
+
+    def new_table_location(self, spec_id: int, values: Mapping[str, Any], *, seed: bytes | None = None) -> str:
+        """Where a not-yet-committed partition table may be written.
+
+        Existing partitions keep their location. A new one reuses existing ancestor
+        namespaces and names the missing levels with :func:`keyed_namespace_name`, so
+        that partitions sharing a prefix share its namespace within one ``seed``.
+        """
+        existing = self.find_partition(spec_id, values)
+        if existing is not None:
+            return existing.location
+        seed = seed if seed is not None else self._seed
+        spec = self._spec(spec_id)
+        by_values = self._namespace_index(spec_id)
+        names: list[str] = []
+        for level in range(1, len(spec.fields) + 1):
+            prefix = tuple(values.get(f.field_id) for f in spec.fields[:level])
+            parent = "$".join([f"v{spec_id}", *names])
+            name = by_values.get((parent, prefix))
+            names.append(name if name is not None else keyed_namespace_name(seed, parent, prefix))
+        return table_location("$".join([f"v{spec_id}", *names, TABLE_NAME]))
+
+    def _namespace_index(self, spec_id: int) -> dict[tuple[str, PartitionKey], str]:
+        spec = self._spec(spec_id)
+        index = {}
+        for row in self._state.rows:
+            parts = row["object_id"].split("$")
+            if row["object_type"] != "namespace" or parts[0] != f"v{spec_id}" or len(parts) < 2:
+                continue
+            level = len(parts) - 1
+            prefix = tuple(row.get(partition_column(f.field_id)) for f in spec.fields[:level])
+            index[("$".join(parts[:-1]), prefix)] = parts[-1]
+        return index
+
+    def _spec(self, spec_id: int) -> PartitionSpec:
+        try:
+            return self._state.specs[spec_id]
+        except KeyError:
+            raise InvalidInput(
+                f"no partition spec v{spec_id}; specs are {', '.join(f'v{i}' for i in sorted(self._state.specs))}"
+            ) from None
+
+    # -- commit -------------------------------------------------------------------------------
+    def commit_tables(
+        self, commits: Iterable[TableCommit], *, max_retries: int = DEFAULT_COMMIT_RETRIES
+    ) -> int:
+        """Record partition tables and their ``read_version`` in ONE ``__manifest`` commit.
+
+        Missing namespace rows are inserted in the same commit. On a conflict the commit
+        is rebased onto the latest manifest and retried up to ``max_retries`` times.
+        Returns the new manifest version.
+        """
+        requested = list(commits)
+        last_error: BaseException | None = None
+        for _ in range(max_retries + 1):
+            ds = self._store.dataset()
+            self._state = _read_state(ds, self.root)
+            rows = self._commit_rows(requested)
+            try:
+                self._store.merge_rows(ds, rows)
+            except ConcurrentModification as exc:
+                last_error = exc
+                continue
+            self.refresh()
+            return self.manifest_version
+        raise ConcurrentModification(
+            f"__manifest commit at {self.root} failed after {max_retries + 1} attempts "
+            f"because of concurrent writers: {last_error}"
+        ) from last_error
+
+    def _commit_rows(self, commits: Sequence[TableCommit]) -> pa.Table:
+        mschema = self._store.dataset().schema
+        existing = {row["object_id"]: row for row in self._state.rows}
+        out: dict[str, dict[str, Any]] = {}
+        for c in commits:
+            spec = self._spec(c.spec_id)
+            key = tuple(c.values.get(f.field_id) for f in spec.fields)
+            current = self.find_partition(c.spec_id, c.values)
+            object_id = c.object_id or _object_id_from_location(c.location)
+            if current is not None and current.object_id != object_id:
+                raise ConcurrentModification(
+                    f"partition {dict(zip(spec.field_ids, key, strict=True))} of spec v{c.spec_id} was created "
+                    f"concurrently at {current.location}; data written to {c.location} was not committed"
+                )
+            parts = object_id.split("$")
+            for level in range(1, len(parts) - 1):
+                ns_id = "$".join(parts[: level + 1])
+                if ns_id in existing or ns_id in out:
+                    continue
+                row = dict.fromkeys(mschema.names)
+                row.update(object_id=ns_id, object_type="namespace", metadata="{}")
+                for f, v in zip(spec.fields[:level], key[:level], strict=True):
+                    row[partition_column(f.field_id)] = v
+                out[ns_id] = row
+            previous = existing.get(object_id, {}).get("read_version")
+            if previous is not None and previous > c.read_version:
+                raise ConcurrentModification(
+                    f"refusing to lower read_version of {object_id} from {previous} to {c.read_version}"
+                )
+            row = dict(existing.get(object_id) or dict.fromkeys(mschema.names))
+            row.update(
+                object_id=object_id,
+                object_type="table",
+                location=c.location,
+                metadata=row.get("metadata") or "{}",
+                read_version=c.read_version,
+                read_branch=None,
+                read_tag=None,
+            )
+            for f, v in zip(spec.fields, key, strict=True):
+                row[partition_column(f.field_id)] = v
+            out[object_id] = row
+        return pa.Table.from_pylist(list(out.values()), schema=mschema)
+
+    # -- runtime properties (SPEC-NOTES 17) ---------------------------------------------------
+    def describe_namespace(self, id_list: Sequence[str]) -> dict[str, str]:
+        """Runtime properties of a namespace: the root, ``v<N>``, or a partition namespace."""
+        ids = list(id_list)
+        if not ids:
+            return self.properties
+        object_id = "$".join(ids)
+        row = next((r for r in self._state.rows if r["object_id"] == object_id), None)
+        if row is None or row["object_type"] != "namespace":
+            raise NamespaceNotFound(f"namespace {object_id!r} not found in {self.root}")
+        spec_id = _spec_id_of(object_id)
+        spec = self._state.specs.get(spec_id)
+        if spec is None:
+            raise NamespaceNotFound(f"namespace {object_id!r} has no partition spec v{spec_id}")
+        if len(ids) == 1:
+            return {"partition_spec": spec.to_json()}
+        level_field = spec.fields[len(ids) - 2]
+        value = format_partition_value(row.get(partition_column(level_field.field_id)))
+        return {} if value is None else {f"partition.{level_field.field_id}": value}
+
+    def layout(self) -> str:
+        """A readable tree of spec versions, partition namespaces and tables."""
+        lines = [f"{self.root}  (__manifest v{self.manifest_version})"]
+        for spec_id, spec in sorted(self._state.specs.items()):
+            lines.append(f"  v{spec_id}: {spec}")
+        parts = self.partitions()
+        for p in parts:
+            vals = ", ".join(f"{k}={_show(v)}" for k, v in p.values.items())
+            lines.append(f"    {p.object_id}  [{vals}]  read_version={p.read_version}  -> {p.location}")
+        if not parts:
+            lines.append("    (no partition tables yet)")
+        return "\n".join(lines)
+
+    def open_table(self, table: PartitionTable) -> lance.LanceDataset:
+        """Open a partition table at the version recorded in the manifest."""
+        from partitioning.errors import translate_lance_errors
+
+        with translate_lance_errors(f"open partition table {table.object_id}"):
+            if table.read_tag is not None:
+                ds = lance.dataset(table.uri, storage_options=self.storage_options)
+                return ds.checkout_version(table.read_tag)
+            version: Any = table.read_version
+            if table.read_branch is not None:
+                version = (table.read_branch, table.read_version)
+            return lance.dataset(table.uri, version=version, storage_options=self.storage_options)
+
+
+def _show(value: Any) -> str:
+    text = format_partition_value(value)
+    return "NULL" if text is None else text
+
+
+def _spec_id_of(object_id: str) -> int:
+    head = object_id.split("$", 1)[0]
+    return int(head[1:]) if head.startswith("v") and head[1:].isdigit() else -1
+
+
+def _object_id_from_location(location: str) -> str:
+    name = location.rstrip("/").rsplit("/", 1)[-1]
+    prefix, sep, object_id = name.partition("_")
+    if not sep or len(prefix) != 8:
+        raise InvalidInput(f"table location {location!r} is not of the form <8 hex>_<object_id>")
+    return object_id
+
+
+def _read_state(ds: lance.LanceDataset, root: str) -> _State:
+    metadata = ManifestStore.metadata_of(ds)
+    spec_keys = {int(m.group(1)): k for k in metadata if (m := _SPEC_KEY_RE.match(k))}
+    if not spec_keys:
+        raise NamespaceNotFound(
+            f"{root} is not a partitioned namespace: its __manifest has no partition_spec_v<N> property"
+        )
+    if SCHEMA_KEY not in metadata:
+        raise CorruptNamespace(f"{root}: __manifest has partition specs but no 'schema' property")
+    schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
+    specs = {}
+    for spec_id, key in sorted(spec_keys.items()):
+        try:
+            spec = PartitionSpec.from_json(metadata[key])
+        except SpecError as exc:
+            raise CorruptNamespace(f"{root}: property {key} is corrupt: {exc}") from exc
+        if spec.spec_id != spec_id:
+            raise CorruptNamespace(f"{root}: property {key} holds a spec with id {spec.spec_id}")
+        specs[spec_id] = spec
+    rows = ManifestStore.rows_of(ds).to_pylist()
+    return _State(version=ds.version, metadata=metadata, schema=schema, specs=specs, rows=rows)
+

@@ -1,0 +1,355 @@
+"""Partition specs and fields: frozen models with exact spec-JSON round-trip.
+
+(De)serialization goes through the ``lance_namespace_urllib3_client`` models
+(SPEC-NOTES 2), so the JSON has exactly the spec's shape with unset keys omitted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from lance_namespace_urllib3_client.models import PartitionField as _ClientField
+from lance_namespace_urllib3_client.models import PartitionSpec as _ClientSpec
+from pydantic import ValidationError
+
+from partitioning.errors import SpecError
+from partitioning.expression import evaluate_expression, validate_expression
+from partitioning.schema import NamespaceSchema, field_id_of, type_from_json, type_to_json
+from partitioning.transforms import (
+    IdentityTransform,
+    Transform,
+    TruncateTransform,
+    parse_transform,
+    transform_from_json,
+)
+
+__all__ = ["PartitionField", "PartitionSpec", "parse_partition_by"]
+
+_FIELD_ID_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_TypeLike = pa.DataType | Mapping[str, Any] | str
+
+
+def _type_json(t: _TypeLike) -> dict[str, Any]:
+    if isinstance(t, pa.DataType):
+        return type_to_json(t)[0]
+    if isinstance(t, str):
+        return {"type": t}
+    return dict(t)
+
+
+def _compact(d: Any) -> str:
+    return json.dumps(d, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One partition field: a transform or a DataFusion expression over source field ids."""
+
+    field_id: str
+    source_ids: tuple[int, ...]
+    transform: Transform | None = None
+    expression: str | None = None
+    result_type: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        field_id: str,
+        source_ids: Iterable[int],
+        transform: Transform | str | None = None,
+        expression: str | None = None,
+        result_type: _TypeLike | None = None,
+    ) -> None:
+        if not isinstance(field_id, str) or not _FIELD_ID_RE.match(field_id):
+            raise SpecError(f"field_id {field_id!r} must be a non-empty string of letters, digits and '_'")
+        ids = tuple(source_ids)
+        if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise SpecError(f"partition field {field_id!r}: source_ids must be a non-empty list of field ids")
+        if (transform is None) == (expression is None):
+            raise SpecError(
+                f"partition field {field_id!r}: exactly one of 'transform' or 'expression' must be given"
+            )
+        parsed = parse_transform(transform) if transform is not None else None
+        if parsed is not None:
+            if not parsed.multi_source and len(ids) != 1:
+                raise SpecError(
+                    f"partition field {field_id!r}: {parsed} takes one source column, got source_ids {list(ids)}"
+                )
+            if result_type is None and not _result_follows_source(parsed):
+                result_type = parsed.result_type([])
+        if result_type is None:
+            raise SpecError(f"partition field {field_id!r}: result_type is required")
+        rt = _type_json(result_type)
+        if parsed is not None and not _result_follows_source(parsed):
+            expected = type_to_json(parsed.result_type([]))[0]
+            if rt != expected:
+                raise SpecError(
+                    f"partition field {field_id!r}: result_type {_compact(rt)} is inconsistent with "
+                    f"transform {parsed}, which returns {_compact(expected)}"
+                )
+        object.__setattr__(self, "field_id", field_id)
+        object.__setattr__(self, "source_ids", ids)
+        object.__setattr__(self, "transform", parsed)
+        object.__setattr__(self, "expression", expression)
+        object.__setattr__(self, "result_type", rt)
+
+    def __hash__(self) -> int:
+        return hash(_compact(self.to_dict()))
+
+    def __str__(self) -> str:
+        how = str(self.transform) if self.transform is not None else f"expression {self.expression!r}"
+        return f"{self.field_id}={how}({', '.join(str(i) for i in self.source_ids)})"
+
+    # -- JSON -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _ClientField.from_dict(self._raw_dict()).to_dict()
+
+    def _raw_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"field_id": self.field_id, "source_ids": list(self.source_ids)}
+        if self.transform is not None:
+            d["transform"] = self.transform.to_json()
+        if self.expression is not None:
+            d["expression"] = self.expression
+        d["result_type"] = self.result_type
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PartitionField:
+        try:
+            client = _ClientField.from_dict(dict(d))
+        except ValidationError as exc:
+            raise SpecError(f"invalid partition field {d.get('field_id')!r}: {_pydantic_line(exc)}") from exc
+        assert client is not None
+        raw = client.to_dict()
+        transform = transform_from_json(raw["transform"]) if raw.get("transform") is not None else None
+        return cls(
+            raw["field_id"],
+            raw["source_ids"],
+            transform=transform,
+            expression=raw.get("expression"),
+            result_type=raw["result_type"],
+        )
+
+    # -- binding to a schema ------------------------------------------------------------
+    @property
+    def signature(self) -> tuple[tuple[int, ...], str]:
+        """What the spec's field-id reuse rule compares: source ids and transform/expression."""
+        how = _compact(self.transform.to_json()) if self.transform is not None else f"expr:{self.expression}"
+        return self.source_ids, how
+
+    def source_fields(self, schema: NamespaceSchema) -> list[pa.Field | None]:
+        """The top-level source columns, or None for an id no longer in the schema."""
+        return [schema.top_level_field_by_id(i) for i in self.source_ids]
+
+    def arrow_result_type(self, schema: NamespaceSchema) -> pa.DataType:
+        if self.transform is not None and _result_follows_source(self.transform):
+            src = self.source_fields(schema)[0]
+            if src is not None:
+                return src.type
+        meta = None
+        if self.result_type.get("type") == "timestamp":
+            meta = {"lance:timestamp_unit": "us"}
+        return type_from_json(self.result_type, meta)
+
+    def validate(self, schema: NamespaceSchema) -> None:
+        """Check this field against the namespace schema; raise a one-line SpecError."""
+        sources = []
+        for sid in self.source_ids:
+            f = schema.top_level_field_by_id(sid)
+            if f is None:
+                nested = schema.field_by_id(sid)
+                if nested is not None:
+                    raise SpecError(
+                        f"partition field {self.field_id!r}: source id {sid} is the nested field "
+                        f"{nested.name!r}; partition sources must be top-level columns"
+                    )
+                known = ", ".join(f"{fld.name}={field_id_of(fld)}" for fld in schema.arrow)
+                raise SpecError(
+                    f"partition field {self.field_id!r}: unknown source id {sid}; schema field ids are {known}"
+                )
+            sources.append(f)
+        if self.transform is not None:
+            try:
+                self.transform.check_sources(sources)
+            except SpecError as exc:
+                raise SpecError(f"partition field {self.field_id!r}: {exc}") from exc
+            if _result_follows_source(self.transform):
+                expected = type_to_json(sources[0].type)[0]
+                if self.result_type != expected:
+                    raise SpecError(
+                        f"partition field {self.field_id!r}: result_type {_compact(self.result_type)} is "
+                        f"inconsistent with {self.transform} of column {sources[0].name!r}, "
+                        f"which returns {_compact(expected)}"
+                    )
+        else:
+            assert self.expression is not None
+            try:
+                validate_expression(self.expression, [f.type for f in sources], self.arrow_result_type(schema))
+            except SpecError as exc:
+                raise SpecError(f"partition field {self.field_id!r}: {exc}") from exc
+
+    def apply(self, columns: Sequence[pa.Array | pa.ChunkedArray | None], schema: NamespaceSchema) -> pa.Array:
+        """Partition values for one array per source id (``None`` for a dropped source column)."""
+        length = next((len(c) for c in columns if c is not None), 0)
+        result_type = self.arrow_result_type(schema)
+        present = [c for c in columns if c is not None]
+        if self.transform is not None:
+            if not present:
+                return pa.nulls(length, result_type)
+            if not self.transform.multi_source and columns[0] is None:
+                return pa.nulls(length, result_type)
+            return self.transform.apply(*present).cast(result_type)
+        assert self.expression is not None
+        arrays = [c if c is not None else pa.nulls(length) for c in columns]
+        return evaluate_expression(self.expression, arrays, result_type)
+
+
+def _result_follows_source(t: Transform) -> bool:
+    return isinstance(t, IdentityTransform | TruncateTransform)
+
+
+def _pydantic_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{loc}: {err.get('msg')}" if loc else str(err.get("msg"))
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """A versioned partition spec: ``partition_spec_v<id>`` in ``__manifest`` metadata."""
+
+    spec_id: int
+    fields: tuple[PartitionField, ...]
+
+    def __init__(self, spec_id: int, fields: Iterable[PartitionField]) -> None:
+        if not isinstance(spec_id, int) or isinstance(spec_id, bool) or spec_id < 1:
+            raise SpecError(f"spec id must be an integer >= 1, got {spec_id!r}")
+        flds = tuple(fields)
+        seen: set[str] = set()
+        for f in flds:
+            if not isinstance(f, PartitionField):
+                raise SpecError(f"spec fields must be PartitionField objects, got {f!r}")
+            if f.field_id in seen:
+                raise SpecError(f"duplicate partition field_id {f.field_id!r} in spec v{spec_id}")
+            seen.add(f.field_id)
+        object.__setattr__(self, "spec_id", spec_id)
+        object.__setattr__(self, "fields", flds)
+
+    def __str__(self) -> str:
+        return f"v{self.spec_id}[{', '.join(str(f) for f in self.fields)}]"
+
+    @property
+    def field_ids(self) -> list[str]:
+        return [f.field_id for f in self.fields]
+
+    def field(self, field_id: str) -> PartitionField:
+        for f in self.fields:
+            if f.field_id == field_id:
+                return f
+        raise SpecError(f"spec v{self.spec_id} has no partition field {field_id!r}; fields: {self.field_ids}")
+
+    # -- JSON -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.spec_id, "fields": [f.to_dict() for f in self.fields]}
+
+    def to_json(self) -> str:
+        """Compact JSON, as stored under ``partition_spec_v<N>`` (Appendix E's spelling)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PartitionSpec:
+        if not isinstance(d, Mapping):
+            raise SpecError(f"a partition spec must be a JSON object, got {type(d).__name__}")
+        try:
+            client = _ClientSpec.from_dict(dict(d))
+        except ValidationError as exc:
+            raise SpecError(f"invalid partition spec: {_pydantic_line(exc)}") from exc
+        assert client is not None
+        return cls(client.id, [PartitionField.from_dict(f.to_dict()) for f in client.fields])
+
+    @classmethod
+    def from_json(cls, text: str | bytes | Mapping[str, Any]) -> PartitionSpec:
+        if isinstance(text, Mapping):
+            return cls.from_dict(text)
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise SpecError(f"partition spec is not valid JSON: {exc}") from exc
+        return cls.from_dict(d)
+
+    @classmethod
+    def coerce(cls, spec: PartitionSpec | str | Mapping[str, Any]) -> PartitionSpec:
+        """Accept a PartitionSpec, its JSON text, or its JSON object."""
+        if isinstance(spec, PartitionSpec):
+            return spec
+        return cls.from_json(spec)
+
+    def validate(self, schema: NamespaceSchema) -> None:
+        for f in self.fields:
+            f.validate(schema)
+
+    def with_id(self, spec_id: int) -> PartitionSpec:
+        return PartitionSpec(spec_id, self.fields)
+
+
+_PARTITION_BY_RE = re.compile(
+    r"^\s*(?P<transform>[a-z_]+(?:\s*\[\s*-?\d+\s*\])?)\s*\(\s*(?P<cols>[^()]*)\)\s*(?:as\s+(?P<alias>\w+))?\s*$",
+    re.IGNORECASE,
+)
+_PLAIN_RE = re.compile(r"^\s*(?P<col>[^\s()]+)\s*(?:as\s+(?P<alias>\w+))?\s*$", re.IGNORECASE)
+
+
+def _default_field_id(transform: Transform, cols: Sequence[str]) -> str:
+    base = "_".join(re.sub(r"\W", "_", c) for c in cols)
+    suffix = {"identity": "", "truncate": "_trunc", "bucket": "_bucket", "multi_bucket": "_bucket"}.get(
+        transform.name, f"_{transform.name}"
+    )
+    return base + suffix
+
+
+def parse_partition_by(
+    exprs: Sequence[str], schema: NamespaceSchema, *, spec_id: int = 1
+) -> PartitionSpec:
+    """Build a spec from strings like ``"day(ts)"``, ``"bucket[16](user_id)"``, ``"country"``.
+
+    ``"... AS name"`` sets the field_id; otherwise it is derived Iceberg-style
+    (``ts_day``, ``user_id_bucket``, ``country``).
+    """
+    if isinstance(exprs, str):
+        exprs = [exprs]
+    fields = []
+    for text in exprs:
+        m = _PARTITION_BY_RE.match(text)
+        if m:
+            transform = parse_transform(m.group("transform"))
+            cols = [c.strip() for c in m.group("cols").split(",") if c.strip()]
+            alias = m.group("alias")
+        else:
+            plain = _PLAIN_RE.match(text)
+            if not plain:
+                raise SpecError(
+                    f"cannot parse partition expression {text!r}; write e.g. 'day(ts)', "
+                    "'bucket[16](user_id)', 'truncate[4](name)' or a column name"
+                )
+            transform, cols, alias = IdentityTransform(), [plain.group("col")], plain.group("alias")
+        if not cols:
+            raise SpecError(f"partition expression {text!r} names no column")
+        source_fields = [schema.field_by_name(c) for c in cols]
+        source_ids = [field_id_of(f) for f in source_fields]
+        transform.check_sources(source_fields)
+        result = transform.result_type([f.type for f in source_fields])
+        fields.append(
+            PartitionField(
+                alias or _default_field_id(transform, cols),
+                [i for i in source_ids if i is not None],
+                transform=transform,
+                result_type=result,
+            )
+        )
+    spec = PartitionSpec(spec_id, fields)
+    spec.validate(schema)
+    return spec

@@ -1,0 +1,208 @@
+"""Partition transforms as Spark Columns, matching ``partitioning.transforms`` row for row.
+
+Each function takes and returns a Column so transforms compose inside ``select``.
+Time parts are computed in UTC whatever ``spark.sql.session.timeZone`` says;
+murmur3 runs as a vectorized ``arrow_udf`` over this project's Arrow murmur3, since
+Spark's own ``hash()`` is a different function (seed 42, non-standard tail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_type
+
+from partitioning import murmur3 as m3
+from partitioning.errors import SpecError
+from partitioning.expression import evaluate_expression
+from partitioning.schema import NamespaceSchema
+from partitioning.spec import PartitionField
+from partitioning.transforms import (
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    MultiBucketTransform,
+    Transform,
+    TruncateTransform,
+    YearTransform,
+)
+
+__all__ = [
+    "bucket",
+    "day",
+    "hour",
+    "identity",
+    "month",
+    "multi_bucket",
+    "murmur3",
+    "murmur3_multi",
+    "partition_value",
+    "transform_column",
+    "truncate",
+    "with_partition_columns",
+    "year",
+]
+
+_SECONDS_PER_DAY = 86_400
+_SECONDS_PER_HOUR = 3_600
+
+
+@F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
+def _murmur3_udf(values: pa.Array) -> pa.Array:
+    return m3.murmur3(values)
+
+
+@F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
+def _murmur3_multi_udf(*values: pa.Array) -> pa.Array:
+    return m3.murmur3_multi(*values)
+
+
+def _bucket_udf(num_buckets: int):  # type: ignore[no-untyped-def]
+    @F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
+    def _bucket(values: pa.Array) -> pa.Array:
+        return m3.bucket(m3.murmur3(values), num_buckets)
+
+    return _bucket
+
+
+def _multi_bucket_udf(num_buckets: int):  # type: ignore[no-untyped-def]
+    @F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
+    def _multi_bucket(*values: pa.Array) -> pa.Array:
+        return m3.bucket(m3.murmur3_multi(*values), num_buckets)
+
+    return _multi_bucket
+
+
+def murmur3(col: Column) -> Column:
+    """The spec's ``murmur3(col)``: signed int32, NULL for NULL."""
+    return _murmur3_udf(col)
+
+
+def murmur3_multi(*cols: Column) -> Column:
+    """The spec's ``murmur3_multi``: hash of the concatenated non-null values."""
+    return _murmur3_multi_udf(*cols)
+
+
+def identity(col: Column) -> Column:
+    return col
+
+
+def _utc_date(col: Column, source_type: T.DataType) -> Column:
+    """The UTC calendar date of a date or timestamp column."""
+    if isinstance(source_type, T.DateType):
+        return col
+    if isinstance(source_type, T.TimestampNTZType):
+        return F.to_date(col)
+    if isinstance(source_type, T.TimestampType):
+        days = F.floor(F.unix_seconds(col) / F.lit(_SECONDS_PER_DAY)).cast("int")
+        return F.date_from_unix_date(days)
+    raise SpecError(f"time transforms accept date or timestamp columns, not {source_type.simpleString()}")
+
+
+def year(col: Column, source_type: T.DataType) -> Column:
+    return F.year(_utc_date(col, source_type)).cast("int")
+
+
+def month(col: Column, source_type: T.DataType) -> Column:
+    return F.month(_utc_date(col, source_type)).cast("int")
+
+
+def day(col: Column, source_type: T.DataType) -> Column:
+    """Day of the month (1-31), as the spec's ``date_part('day', ...)``."""
+    return F.dayofmonth(_utc_date(col, source_type)).cast("int")
+
+
+def hour(col: Column, source_type: T.DataType) -> Column:
+    if isinstance(source_type, T.TimestampNTZType):
+        return F.hour(col).cast("int")
+    if isinstance(source_type, T.TimestampType):
+        hours = F.floor(F.unix_seconds(col) / F.lit(_SECONDS_PER_HOUR))
+        return F.pmod(hours, F.lit(24)).cast("int")
+    raise SpecError(f"hour accepts timestamp columns, not {source_type.simpleString()}")
+
+
+def bucket(col: Column, num_buckets: int) -> Column:
+    """``abs(murmur3(col)) % num_buckets`` as int in ``[0, N)``."""
+    BucketTransform(num_buckets)
+    return _bucket_udf(num_buckets)(col)
+
+
+def multi_bucket(cols: Sequence[Column], num_buckets: int) -> Column:
+    MultiBucketTransform(num_buckets)
+    return _multi_bucket_udf(num_buckets)(*cols)
+
+
+def truncate(col: Column, width: int, source_type: T.DataType) -> Column:
+    """First ``width`` characters (or bytes), or ``v - (v % width)`` for integers and decimals."""
+    TruncateTransform(width)
+    if isinstance(source_type, T.StringType | T.BinaryType):
+        return F.substring(col, 1, width)
+    if isinstance(source_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType | T.DecimalType):
+        return (col - (col % F.lit(width))).cast(source_type)
+    raise SpecError(
+        f"truncate accepts int, long, short, byte, decimal, string or binary, not {source_type.simpleString()}"
+    )
+
+
+def transform_column(transform: Transform, cols: Sequence[Column], source_types: Sequence[T.DataType]) -> Column:
+    """Apply a :class:`partitioning.transforms.Transform` to Spark columns."""
+    if isinstance(transform, IdentityTransform):
+        return identity(cols[0])
+    if isinstance(transform, YearTransform):
+        return year(cols[0], source_types[0])
+    if isinstance(transform, MonthTransform):
+        return month(cols[0], source_types[0])
+    if isinstance(transform, DayTransform):
+        return day(cols[0], source_types[0])
+    if isinstance(transform, HourTransform):
+        return hour(cols[0], source_types[0])
+    if isinstance(transform, BucketTransform):
+        return bucket(cols[0], transform.num_buckets)
+    if isinstance(transform, MultiBucketTransform):
+        return multi_bucket(cols, transform.num_buckets)
+    if isinstance(transform, TruncateTransform):
+        return truncate(cols[0], transform.width, source_types[0])
+    raise SpecError(f"no Spark implementation for transform {transform}")
+
+
+def _expression_udf(expression: str, result_type: pa.DataType):  # type: ignore[no-untyped-def]
+    @F.arrow_udf(from_arrow_type(result_type))  # type: ignore[call-overload, misc]
+    def _expression(*values: pa.Array) -> pa.Array:
+        return evaluate_expression(expression, values, result_type)
+
+    return _expression
+
+
+def partition_value(field: PartitionField, schema: NamespaceSchema, df: DataFrame) -> Column:
+    """The Column of one partition field's values over ``df`` (namespace column names)."""
+    cols: list[Column] = []
+    types: list[T.DataType] = []
+    for source in field.source_fields(schema):
+        if source is None or source.name not in df.columns:
+            cols.append(F.lit(None))
+            types.append(T.NullType())
+        else:
+            cols.append(F.col(f"`{source.name}`"))
+            types.append(df.schema[source.name].dataType)
+    result_type = field.arrow_result_type(schema)
+    if field.transform is not None:
+        present = [(c, t) for c, t in zip(cols, types, strict=True) if not isinstance(t, T.NullType)]
+        if not present or (not field.transform.multi_source and isinstance(types[0], T.NullType)):
+            return F.lit(None).cast(from_arrow_type(result_type))
+        cs, ts = zip(*present, strict=True)
+        return transform_column(field.transform, cs, ts)
+    assert field.expression is not None
+    return _expression_udf(field.expression, result_type)(*cols)
+
+
+def with_partition_columns(
+    df: DataFrame, fields: Sequence[PartitionField], schema: NamespaceSchema, *, prefix: str = "__part_"
+) -> DataFrame:
+    """``df`` plus one column per partition field, named ``<prefix><field_id>``."""
+    return df.select("*", *[partition_value(f, schema, df).alias(f"{prefix}{f.field_id}") for f in fields])
