@@ -31,6 +31,7 @@ __all__ = [
     "SchemaError",
     "SpecError",
     "TableCommit",
+    "TableNotFound",
     "Transform",
     "parse_partition_by",
     "parse_transform",

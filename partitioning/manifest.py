@@ -9,6 +9,7 @@ table metadata, and writes rows with ``merge_insert`` on ``object_id``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+
 import lance
 import pyarrow as pa
 

@@ -144,10 +144,38 @@ def _as_bytes_array(arr: pa.Array) -> pa.Array:
         return arr.cast(pa.binary())
     if pa.types.is_dictionary(t):
         return _as_bytes_array(arr.dictionary_decode())
+    if pa.types.is_decimal(t):
+        return decimal_display(arr).view(pa.binary())
     try:
         return pc.cast(arr, pa.string()).view(pa.binary())
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
         raise SpecError(f"murmur3: values of type {t} cannot be hashed") from exc
+
+
+def decimal_display(arr: pa.Array) -> pa.Array:
+    """Decimals as plain strings with exactly ``scale`` fraction digits (``"1.50"``, ``"0.0000001"``).
+
+    This is arrow-rs's display form, which the spec's DataFusion ``murmur3`` hashes;
+    pyarrow's own cast switches to scientific notation for small values.
+    """
+    t = arr.type
+    if isinstance(t, pa.Decimal128Type) and t.precision <= 18 and t.scale >= 0:
+        words = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + len(arr)))
+        unscaled = words[2 * arr.offset :: 2]
+        magnitude = np.abs(unscaled)
+        unit = 10**t.scale
+        integer = pa.array(magnitude // unit).cast(pa.string())
+        sign = pa.array(np.where(unscaled < 0, "-", ""))
+        if t.scale:
+            fraction = pc.utf8_lpad(pa.array(magnitude % unit).cast(pa.string()), t.scale, "0")
+            text = pc.binary_join_element_wise(sign, integer, ".", fraction, "")
+        else:
+            text = pc.binary_join_element_wise(sign, integer, "")
+        if arr.null_count:
+            text = pc.if_else(arr.is_valid(), text, pa.scalar(None, pa.string()))
+        return text
+    values = [None if v is None else format(v, "f") for v in arr.to_pylist()]
+    return pa.array(values, type=pa.string())
 
 
 def to_hash_bytes(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

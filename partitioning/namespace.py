@@ -213,7 +213,10 @@ class PartitionedNamespace:
         return dict(self._state.metadata)
 
     def __repr__(self) -> str:
-        return f"PartitionedNamespace({self.root!r}, manifest_version={self.manifest_version}, spec={self.current_spec})"
+        return (
+            f"PartitionedNamespace({self.root!r}, manifest_version={self.manifest_version}, "
+            f"spec={self.current_spec})"
+        )
 
     # -- partitions ---------------------------------------------------------------------------
     def partitions(self) -> list[PartitionTable]:
@@ -445,6 +448,13 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
         if spec.spec_id != spec_id:
             raise CorruptNamespace(f"{root}: property {key} holds a spec with id {spec.spec_id}")
         specs[spec_id] = spec
+    expected = ["read_version", *(partition_column(f.field_id) for spec in specs.values() for f in spec.fields)]
+    missing = [c for c in expected if c not in ds.schema.names]
+    if missing:
+        raise CorruptNamespace(
+            f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
+            "mutating call? see SPEC-NOTES 6)"
+        )
     rows = ManifestStore.rows_of(ds).to_pylist()
     return _State(version=ds.version, metadata=metadata, schema=schema, specs=specs, rows=rows)
 

@@ -192,20 +192,36 @@ class PartitionField:
             except SpecError as exc:
                 raise SpecError(f"partition field {self.field_id!r}: {exc}") from exc
 
-    def apply(self, columns: Sequence[pa.Array | pa.ChunkedArray | None], schema: NamespaceSchema) -> pa.Array:
-        """Partition values for one array per source id (``None`` for a dropped source column)."""
-        length = next((len(c) for c in columns if c is not None), 0)
+    def apply(
+        self,
+        columns: Sequence[pa.Array | pa.ChunkedArray | None],
+        schema: NamespaceSchema,
+        *,
+        length: int | None = None,
+    ) -> pa.Array:
+        """Partition values for one array per source id (``None`` for a dropped source column).
+
+        A dropped source column reads as NULL (the spec's "column removal resistant"
+        rule). ``length`` gives the row count when every source is dropped.
+        """
+        if length is None:
+            length = next((len(c) for c in columns if c is not None), 0)
         result_type = self.arrow_result_type(schema)
         present = [c for c in columns if c is not None]
         if self.transform is not None:
-            if not present:
-                return pa.nulls(length, result_type)
-            if not self.transform.multi_source and columns[0] is None:
+            if not present or (not self.transform.multi_source and columns[0] is None):
                 return pa.nulls(length, result_type)
             return self.transform.apply(*present).cast(result_type)
         assert self.expression is not None
         arrays = [c if c is not None else pa.nulls(length) for c in columns]
-        return evaluate_expression(self.expression, arrays, result_type)
+        try:
+            return evaluate_expression(self.expression, arrays, result_type)
+        except SpecError:
+            if len(present) == len(columns):
+                raise
+            # The expression rejects an untyped NULL where its dropped column stood;
+            # a NULL-safe expression of a NULL column is NULL.
+            return pa.nulls(length, result_type)
 
 
 def _result_follows_source(t: Transform) -> bool:

@@ -340,15 +340,17 @@ class MultiBucketTransform(_BucketBase):
 
 
 def _truncate_int(arr: pa.Array, width: int) -> pa.Array:
+    """``v - (v % W)`` with ``%`` truncating toward zero, exact for every int width."""
     t = arr.type
     np_type = np.dtype(t.to_pandas_dtype())
     values = m3._numpy_values(arr, np_type)
-    if np.iinfo(np_type).max < width:
-        out = np.zeros_like(values)
+    info = np.iinfo(np_type)
+    if width > info.max:
+        # Every |v| < W gives 0; only v == MIN with W == |MIN| is a multiple of W.
+        out = np.where(values == info.min, values, 0) if width == -int(info.min) else np.zeros_like(values)
+        out = out.astype(np_type)
     else:
-        w = np_type.type(width)
-        with np.errstate(over="ignore"):
-            out = values - np.fmod(values, w)
+        out = values - np.fmod(values, np_type.type(width))
     mask = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
     return pa.array(out, type=t, mask=mask)
 
@@ -466,7 +468,7 @@ def parse_transform(text: str | Transform) -> Transform:
             raise SpecError(f"transform {name!r} takes no parameter, got {text!r}")
         return _BY_NAME[name]()
     if name in _PARAMETERIZED:
-        cls, pname = _PARAMETERIZED[name]
+        cls = _PARAMETERIZED[name][0]
         if param is None:
             raise SpecError(f"transform {name!r} needs a parameter, e.g. '{name}[16]'; got {text!r}")
         return cls(int(param))  # type: ignore[call-arg]

@@ -16,7 +16,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_type
 
-from partitioning import murmur3 as m3
 from partitioning.errors import SpecError
 from partitioning.expression import evaluate_expression
 from partitioning.schema import NamespaceSchema
@@ -32,6 +31,7 @@ from partitioning.transforms import (
     TruncateTransform,
     YearTransform,
 )
+from pipelines.murmur3 import bucket_column, murmur3_column, murmur3_multi_column, with_murmur3
 
 __all__ = [
     "bucket",
@@ -53,40 +53,14 @@ _SECONDS_PER_DAY = 86_400
 _SECONDS_PER_HOUR = 3_600
 
 
-@F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
-def _murmur3_udf(values: pa.Array) -> pa.Array:
-    return m3.murmur3(values)
-
-
-@F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
-def _murmur3_multi_udf(*values: pa.Array) -> pa.Array:
-    return m3.murmur3_multi(*values)
-
-
-def _bucket_udf(num_buckets: int):  # type: ignore[no-untyped-def]
-    @F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
-    def _bucket(values: pa.Array) -> pa.Array:
-        return m3.bucket(m3.murmur3(values), num_buckets)
-
-    return _bucket
-
-
-def _multi_bucket_udf(num_buckets: int):  # type: ignore[no-untyped-def]
-    @F.arrow_udf(T.IntegerType())  # type: ignore[call-overload, misc]
-    def _multi_bucket(*values: pa.Array) -> pa.Array:
-        return m3.bucket(m3.murmur3_multi(*values), num_buckets)
-
-    return _multi_bucket
-
-
-def murmur3(col: Column) -> Column:
-    """The spec's ``murmur3(col)``: signed int32, NULL for NULL."""
-    return _murmur3_udf(col)
+def murmur3(col: Column, source_type: T.DataType | None = None) -> Column:
+    """The spec's ``murmur3(col)``: signed int32, NULL for NULL (see :mod:`pipelines.murmur3`)."""
+    return murmur3_column(col, source_type)
 
 
 def murmur3_multi(*cols: Column) -> Column:
     """The spec's ``murmur3_multi``: hash of the concatenated non-null values."""
-    return _murmur3_multi_udf(*cols)
+    return murmur3_multi_column(*cols)
 
 
 def identity(col: Column) -> Column:
@@ -127,15 +101,15 @@ def hour(col: Column, source_type: T.DataType) -> Column:
     raise SpecError(f"hour accepts timestamp columns, not {source_type.simpleString()}")
 
 
-def bucket(col: Column, num_buckets: int) -> Column:
+def bucket(col: Column, num_buckets: int, source_type: T.DataType | None = None) -> Column:
     """``abs(murmur3(col)) % num_buckets`` as int in ``[0, N)``."""
     BucketTransform(num_buckets)
-    return _bucket_udf(num_buckets)(col)
+    return bucket_column(murmur3_column(col, source_type), num_buckets)
 
 
 def multi_bucket(cols: Sequence[Column], num_buckets: int) -> Column:
     MultiBucketTransform(num_buckets)
-    return _multi_bucket_udf(num_buckets)(*cols)
+    return bucket_column(murmur3_multi_column(*cols), num_buckets)
 
 
 def truncate(col: Column, width: int, source_type: T.DataType) -> Column:
@@ -163,7 +137,7 @@ def transform_column(transform: Transform, cols: Sequence[Column], source_types:
     if isinstance(transform, HourTransform):
         return hour(cols[0], source_types[0])
     if isinstance(transform, BucketTransform):
-        return bucket(cols[0], transform.num_buckets)
+        return bucket(cols[0], transform.num_buckets, source_types[0])
     if isinstance(transform, MultiBucketTransform):
         return multi_bucket(cols, transform.num_buckets)
     if isinstance(transform, TruncateTransform):
@@ -179,8 +153,8 @@ def _expression_udf(expression: str, result_type: pa.DataType):  # type: ignore[
     return _expression
 
 
-def partition_value(field: PartitionField, schema: NamespaceSchema, df: DataFrame) -> Column:
-    """The Column of one partition field's values over ``df`` (namespace column names)."""
+def _sources(field: PartitionField, schema: NamespaceSchema, df: DataFrame) -> tuple[list[Column], list[T.DataType]]:
+    """Source Columns and their Spark types; a dropped or absent source is a NULL literal."""
     cols: list[Column] = []
     types: list[T.DataType] = []
     for source in field.source_fields(schema):
@@ -190,6 +164,12 @@ def partition_value(field: PartitionField, schema: NamespaceSchema, df: DataFram
         else:
             cols.append(F.col(f"`{source.name}`"))
             types.append(df.schema[source.name].dataType)
+    return cols, types
+
+
+def partition_value(field: PartitionField, schema: NamespaceSchema, df: DataFrame) -> Column:
+    """The Column of one partition field's values over ``df`` (namespace column names)."""
+    cols, types = _sources(field, schema, df)
     result_type = field.arrow_result_type(schema)
     if field.transform is not None:
         present = [(c, t) for c, t in zip(cols, types, strict=True) if not isinstance(t, T.NullType)]
@@ -204,5 +184,17 @@ def partition_value(field: PartitionField, schema: NamespaceSchema, df: DataFram
 def with_partition_columns(
     df: DataFrame, fields: Sequence[PartitionField], schema: NamespaceSchema, *, prefix: str = "__part_"
 ) -> DataFrame:
-    """``df`` plus one column per partition field, named ``<prefix><field_id>``."""
-    return df.select("*", *[partition_value(f, schema, df).alias(f"{prefix}{f.field_id}") for f in fields])
+    """``df`` plus one column per partition field, named ``<prefix><field_id>``.
+
+    Unlike :func:`partition_value`, this hashes strings, binary, bytes and shorts
+    natively in the JVM (see :func:`pipelines.murmur3.with_murmur3`).
+    """
+    for f in fields:
+        out = f"{prefix}{f.field_id}"
+        cols, types = _sources(f, schema, df)
+        if isinstance(f.transform, BucketTransform) and not isinstance(types[0], T.NullType):
+            df = with_murmur3(df, cols[0], out, types[0])
+            df = df.withColumn(out, bucket_column(F.col(out), f.transform.num_buckets))
+        else:
+            df = df.withColumn(out, partition_value(f, schema, df))
+    return df
