@@ -40,9 +40,7 @@ class _Compiled:
         self.ctx = SessionContext()
         if source_types:
             self.ctx.register_udf(udf(m3.murmur3, [source_types[0]], pa.int32(), "immutable", "murmur3"))
-            self.ctx.register_udf(
-                udf(m3.murmur3_multi, list(source_types), pa.int32(), "immutable", "murmur3_multi")
-            )
+            self.ctx.register_udf(udf(m3.murmur3_multi, list(source_types), pa.int32(), "immutable", "murmur3_multi"))
         self.lock = threading.Lock()
 
     def run(self, arrays: Sequence[pa.Array]) -> pa.Array:
@@ -94,9 +92,7 @@ def validate_expression(expression: str, source_types: Sequence[pa.DataType], re
         raise SpecError("expression must be a non-empty DataFusion SQL string")
     bad = _NON_DETERMINISTIC.search(expression)
     if bad:
-        raise SpecError(
-            f"expression {expression!r} uses {bad.group(1)!r}; partition expressions must be deterministic"
-        )
+        raise SpecError(f"expression {expression!r} uses {bad.group(1)!r}; partition expressions must be deterministic")
     for i in range(len(source_types), 10):
         if re.search(rf"\bcol{i}\b", expression):
             raise SpecError(

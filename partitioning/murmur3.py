@@ -185,9 +185,7 @@ def to_hash_bytes(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     if dtype is None:
         return _as_bytes_array(arr)
     raw = np.ascontiguousarray(_numpy_values(arr, dtype))
-    fixed = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(dtype.itemsize), len(arr), [None, pa.py_buffer(raw)]
-    )
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(dtype.itemsize), len(arr), [None, pa.py_buffer(raw)])
     out = fixed.cast(pa.binary())
     if arr.null_count:
         out = pc.if_else(arr.is_valid(), out, pa.scalar(None, pa.binary()))

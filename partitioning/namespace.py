@@ -165,7 +165,7 @@ class PartitionedNamespace:
             raise NamespaceAlreadyExists(f"a namespace already exists at {root}; use PartitionedNamespace.load")
         columns = {f.field_id: f.arrow_result_type(ns_schema) for f in first.fields}
         mschema = manifest_schema(columns)
-        row = {name: None for name in mschema.names}
+        row: dict[str, Any] = dict.fromkeys(mschema.names)
         row.update(object_id="v1", object_type="namespace", metadata="{}")
         metadata = {SCHEMA_KEY: ns_schema.to_json(), f"{SPEC_KEY_PREFIX}1": first.to_json()}
         store.create(pa.Table.from_pylist([row], schema=mschema), metadata)
@@ -214,8 +214,7 @@ class PartitionedNamespace:
 
     def __repr__(self) -> str:
         return (
-            f"PartitionedNamespace({self.root!r}, manifest_version={self.manifest_version}, "
-            f"spec={self.current_spec})"
+            f"PartitionedNamespace({self.root!r}, manifest_version={self.manifest_version}, spec={self.current_spec})"
         )
 
     # -- partitions ---------------------------------------------------------------------------
@@ -293,9 +292,7 @@ class PartitionedNamespace:
             ) from None
 
     # -- commit -------------------------------------------------------------------------------
-    def commit_tables(
-        self, commits: Iterable[TableCommit], *, max_retries: int = DEFAULT_COMMIT_RETRIES
-    ) -> int:
+    def commit_tables(self, commits: Iterable[TableCommit], *, max_retries: int = DEFAULT_COMMIT_RETRIES) -> int:
         """Record partition tables and their ``read_version`` in ONE ``__manifest`` commit.
 
         Missing namespace rows are inserted in the same commit. On a conflict the commit
@@ -457,4 +454,3 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
         )
     rows = ManifestStore.rows_of(ds).to_pylist()
     return _State(version=ds.version, metadata=metadata, schema=schema, specs=specs, rows=rows)
-

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 from lance_namespace_urllib3_client.models import PartitionField as _ClientField
@@ -31,7 +31,7 @@ from partitioning.transforms import (
 __all__ = ["PartitionField", "PartitionSpec", "parse_partition_by"]
 
 _FIELD_ID_RE = re.compile(r"^[A-Za-z0-9_]+$")
-_TypeLike = pa.DataType | Mapping[str, Any] | str
+_TypeLike: TypeAlias = pa.DataType | Mapping[str, Any] | str
 
 
 def _type_json(t: _TypeLike) -> dict[str, Any]:
@@ -70,9 +70,7 @@ class PartitionField:
         if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
             raise SpecError(f"partition field {field_id!r}: source_ids must be a non-empty list of field ids")
         if (transform is None) == (expression is None):
-            raise SpecError(
-                f"partition field {field_id!r}: exactly one of 'transform' or 'expression' must be given"
-            )
+            raise SpecError(f"partition field {field_id!r}: exactly one of 'transform' or 'expression' must be given")
         parsed = parse_transform(transform) if transform is not None else None
         if parsed is not None:
             if not parsed.multi_source and len(ids) != 1:
@@ -106,7 +104,9 @@ class PartitionField:
 
     # -- JSON -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return _ClientField.from_dict(self._raw_dict()).to_dict()
+        client = _ClientField.from_dict(self._raw_dict())
+        assert client is not None
+        return client.to_dict()
 
     def _raw_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"field_id": self.field_id, "source_ids": list(self.source_ids)}
@@ -327,9 +327,7 @@ def _default_field_id(transform: Transform, cols: Sequence[str]) -> str:
     return base + suffix
 
 
-def parse_partition_by(
-    exprs: Sequence[str], schema: NamespaceSchema, *, spec_id: int = 1
-) -> PartitionSpec:
+def parse_partition_by(exprs: Sequence[str], schema: NamespaceSchema, *, spec_id: int = 1) -> PartitionSpec:
     """Build a spec from strings like ``"day(ts)"``, ``"bucket[16](user_id)"``, ``"country"``.
 
     ``"... AS name"`` sets the field_id; otherwise it is derived Iceberg-style
