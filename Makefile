@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SPARK_SUBMIT := $(VENV)/bin/spark-submit
-SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
+SUBMIT := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
 	--master local[2] --properties-file spark-conf/spark-defaults.conf
 
 .PHONY: setup run test lint bench clean java

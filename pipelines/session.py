@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -53,8 +54,13 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     for key, value in session_conf(extra_conf).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with warnings.catch_warnings():
+        # Launching the JVM forks and immediately execs; pylance's fork warning does not apply.
+        warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -15,6 +15,7 @@ import mmh3
 import pyarrow as pa
 import pytest
 from conftest import CONFORMANCE_DIR, load_conformance, vector_array, vector_type
+from lance_namespace.errors import InvalidInputError
 
 from partitioning.errors import SchemaError, SpecError
 from partitioning.namespace import PartitionedNamespace
@@ -177,6 +178,8 @@ def _check_error(exc_info, cls, *needles: str) -> None:
     err = exc_info.value
     assert isinstance(err, cls)
     assert isinstance(err, ValueError)
+    assert isinstance(err, InvalidInputError)
+    assert err.code == 13  # SPEC-NOTES 18: InvalidInput
     message = str(err)
     assert message.strip()
     assert "\n" not in message.strip(), message

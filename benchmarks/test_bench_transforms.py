@@ -1,0 +1,73 @@
+"""Bucket transform cost: ours through Spark vs Spark's built-in ``hash()``, same data, same run.
+
+Issue #2 targets: at most 1.5x the built-in for int64 and 3x for short strings.
+Run with ``make bench``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from benchmarks.conftest import interleaved_medians
+from partitioning import murmur3 as m3
+from pipelines.murmur3 import bucket_column, murmur3_column, with_murmur3
+
+pytestmark = pytest.mark.bench
+
+ROWS = 10_000_000
+
+
+def _force(df, column) -> None:
+    df.select(F.sum(column)).collect()
+
+
+def test_bucket_through_spark_vs_builtin_hash(spark):
+    data = spark.range(ROWS).select(
+        (F.col("id") * 2654435761 - 5_000_000_000).alias("v"),
+        F.concat(F.lit("user_"), F.col("id").cast("string")).alias("s"),
+    )
+    data = data.cache()
+    data.count()
+    staged_int = with_murmur3(data, F.col("v"), "h", T.LongType())
+    staged_str = with_murmur3(data, F.col("s"), "h", T.StringType())
+    medians = interleaved_medians(
+        {
+            "int64 builtin hash()": lambda: _force(data, F.hash("v")),
+            "int64 bucket[16] (ours)": lambda: _force(staged_int, bucket_column(F.col("h"), 16)),
+            "int64 bucket[16] via arrow_udf": lambda: _force(data, bucket_column(murmur3_column(F.col("v")), 16)),
+            "string builtin hash()": lambda: _force(data, F.hash("s")),
+            "string bucket[16] (ours)": lambda: _force(staged_str, bucket_column(F.col("h"), 16)),
+            "string bucket[16] via arrow_udf": lambda: _force(data, bucket_column(murmur3_column(F.col("s")), 16)),
+        }
+    )
+    data.unpersist()
+    print(f"\n{ROWS:,} rows, local[2], median of 5 interleaved runs")
+    for name, seconds in medians.items():
+        base = medians["int64 builtin hash()" if name.startswith("int64") else "string builtin hash()"]
+        print(f"  {name:34s} {seconds:7.3f} s   {seconds / base:5.2f}x builtin")
+    int_ratio = medians["int64 bucket[16] (ours)"] / medians["int64 builtin hash()"]
+    str_ratio = medians["string bucket[16] (ours)"] / medians["string builtin hash()"]
+    print(f"  ratio int64 {int_ratio:.2f} (target <= 1.5), string {str_ratio:.2f} (target <= 3.0)")
+    assert int_ratio > 0 and str_ratio > 0
+
+
+def test_arrow_murmur3_throughput():
+    rng = np.random.default_rng(7)
+    ints = pa.array(rng.integers(-(2**63), 2**63 - 1, ROWS, dtype=np.int64))
+    strings = pa.array([f"user_{i}" for i in range(ROWS)])
+    print(f"\nArrow murmur3 on {ROWS:,} values (one core), median of 5")
+    for name, arr in (("int64", ints), ("short strings", strings)):
+        samples = []
+        for _ in range(5):
+            start = time.perf_counter()
+            m3.murmur3(arr)
+            samples.append(time.perf_counter() - start)
+        seconds = sorted(samples)[2]
+        print(f"  {name:14s} {seconds:6.3f} s   {ROWS / seconds / 1e6:6.1f} M rows/s")
+        assert seconds > 0
