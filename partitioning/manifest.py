@@ -103,9 +103,16 @@ class ManifestStore:
             return ds.to_table(columns=columns, filter=filter)
 
     # -- writes ----------------------------------------------------------------------------
-    def merge_rows(self, ds: lance.LanceDataset, rows: pa.Table) -> lance.LanceDataset:
-        """Upsert rows by ``object_id`` in one commit (the spec's atomic manifest commit)."""
+    def merge_rows(self, ds: lance.LanceDataset, rows: pa.Table, *, delete_other_partitions: bool = False) -> None:
+        """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version.
+
+        Lance's own retries are off: a conflict with a commit made since ``ds`` was read
+        raises :class:`ConcurrentModification`, and the caller rebases. With
+        ``delete_other_partitions`` every partition namespace or table row absent from
+        ``rows`` is deleted in the same commit.
+        """
         with translate_lance_errors(f"commit {self.uri}"):
-            rows = rows.select(ds.schema.names).cast(ds.schema)
-            ds.merge_insert("object_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
-        return self.dataset()
+            builder = ds.merge_insert("object_id").when_matched_update_all().when_not_matched_insert_all()
+            if delete_other_partitions:
+                builder = builder.when_not_matched_by_source_delete("object_id LIKE '%$%'")
+            builder.conflict_retries(0).execute(rows.select(ds.schema.names).cast(ds.schema))

@@ -11,6 +11,7 @@ import datetime as dt
 import decimal
 import hashlib
 import hmac
+import json
 import re
 import secrets
 import string
@@ -46,6 +47,8 @@ PartitionKey = tuple[Any, ...]
 _SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
 TABLE_NAME = "dataset"
 DEFAULT_COMMIT_RETRIES = 8
+WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
+WRITE_ID_HISTORY = 100
 
 
 def keyed_namespace_name(seed: bytes, parent: str, prefix: PartitionKey) -> str:
@@ -117,6 +120,34 @@ class TableCommit:
     object_id: str | None = None
 
 
+@dataclass(frozen=True)
+class LocationPlanner:
+    """Where each partition of one spec lives; picklable, so executors can use it.
+
+    Existing partitions keep their location. A new one reuses existing ancestor
+    namespaces and names the missing levels with :func:`keyed_namespace_name`, so
+    all tasks of one write agree on the names of the namespaces they create.
+    """
+
+    spec_id: int
+    field_ids: tuple[str, ...]
+    existing: Mapping[PartitionKey, str]
+    namespaces: Mapping[tuple[str, PartitionKey], str]
+    seed: bytes
+
+    def location(self, key: PartitionKey) -> str:
+        found = self.existing.get(key)
+        if found is not None:
+            return found
+        names: list[str] = []
+        for level in range(1, len(self.field_ids) + 1):
+            prefix = key[:level]
+            parent = "$".join([f"v{self.spec_id}", *names])
+            name = self.namespaces.get((parent, prefix))
+            names.append(name if name is not None else keyed_namespace_name(self.seed, parent, prefix))
+        return table_location("$".join([f"v{self.spec_id}", *names, TABLE_NAME]))
+
+
 @dataclass
 class _State:
     version: int
@@ -124,6 +155,9 @@ class _State:
     schema: NamespaceSchema
     specs: dict[int, PartitionSpec]
     rows: list[dict[str, Any]] = field(default_factory=list)
+    tables: list[PartitionTable] = field(default_factory=list)
+    by_key: dict[tuple[int, PartitionKey], PartitionTable] = field(default_factory=dict)
+    rows_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class PartitionedNamespace:
@@ -220,56 +254,28 @@ class PartitionedNamespace:
     # -- partitions ---------------------------------------------------------------------------
     def partitions(self) -> list[PartitionTable]:
         """One entry per partition table, across all spec versions, ordered by object_id."""
-        out = []
-        for row in self._state.rows:
-            if row["object_type"] != "table":
-                continue
-            spec_id = _spec_id_of(row["object_id"])
-            spec = self._state.specs.get(spec_id)
-            if spec is None:
-                continue
-            values = {f.field_id: row.get(partition_column(f.field_id)) for f in spec.fields}
-            out.append(
-                PartitionTable(
-                    object_id=row["object_id"],
-                    location=row["location"],
-                    uri=join_uri(self.root, row["location"]),
-                    spec_id=spec_id,
-                    values=values,
-                    read_version=row.get("read_version"),
-                    read_branch=row.get("read_branch"),
-                    read_tag=row.get("read_tag"),
-                )
-            )
-        return sorted(out, key=lambda p: p.object_id)
+        return list(self._state.tables)
 
     def find_partition(self, spec_id: int, values: Mapping[str, Any]) -> PartitionTable | None:
         key = tuple(values.get(f.field_id) for f in self._spec(spec_id).fields)
-        for p in self.partitions():
-            if p.spec_id == spec_id and p.key == key:
-                return p
-        return None
+        return self._state.by_key.get((spec_id, key))
+
+    def location_planner(self, spec_id: int | None = None, *, seed: bytes | None = None) -> LocationPlanner:
+        """A picklable planner of table locations for ``spec_id`` (default: the current spec)."""
+        spec = self._spec(spec_id if spec_id is not None else self.current_spec.spec_id)
+        existing = {p.key: p.location for p in self._state.tables if p.spec_id == spec.spec_id}
+        return LocationPlanner(
+            spec_id=spec.spec_id,
+            field_ids=tuple(spec.field_ids),
+            existing=existing,
+            namespaces=self._namespace_index(spec.spec_id),
+            seed=seed if seed is not None else self._seed,
+        )
 
     def new_table_location(self, spec_id: int, values: Mapping[str, Any], *, seed: bytes | None = None) -> str:
-        """Where a not-yet-committed partition table may be written.
-
-        Existing partitions keep their location. A new one reuses existing ancestor
-        namespaces and names the missing levels with :func:`keyed_namespace_name`, so
-        that partitions sharing a prefix share its namespace within one ``seed``.
-        """
-        existing = self.find_partition(spec_id, values)
-        if existing is not None:
-            return existing.location
-        seed = seed if seed is not None else self._seed
-        spec = self._spec(spec_id)
-        by_values = self._namespace_index(spec_id)
-        names: list[str] = []
-        for level in range(1, len(spec.fields) + 1):
-            prefix = tuple(values.get(f.field_id) for f in spec.fields[:level])
-            parent = "$".join([f"v{spec_id}", *names])
-            name = by_values.get((parent, prefix))
-            names.append(name if name is not None else keyed_namespace_name(seed, parent, prefix))
-        return table_location("$".join([f"v{spec_id}", *names, TABLE_NAME]))
+        """Where a partition's table is (or, if new, may be written); see :class:`LocationPlanner`."""
+        key = tuple(values.get(f.field_id) for f in self._spec(spec_id).fields)
+        return self.location_planner(spec_id, seed=seed).location(key)
 
     def _namespace_index(self, spec_id: int) -> dict[tuple[str, PartitionKey], str]:
         spec = self._spec(spec_id)
@@ -300,31 +306,68 @@ class PartitionedNamespace:
         Returns the new manifest version.
         """
         requested = list(commits)
-        last_error: BaseException | None = None
+        last_error: ConcurrentModification | None = None
         for _ in range(max_retries + 1):
-            ds = self._store.dataset()
-            self._state = _read_state(ds, self.root)
-            rows = self._commit_rows(requested)
+            self.refresh()
             try:
-                self._store.merge_rows(ds, rows)
+                return self.commit_once(requested)
             except ConcurrentModification as exc:
                 last_error = exc
-                continue
-            self.refresh()
-            return self.manifest_version
         raise ConcurrentModification(
             f"__manifest commit at {self.root} failed after {max_retries + 1} attempts "
             f"because of concurrent writers: {last_error}"
         ) from last_error
 
-    def _commit_rows(self, commits: Sequence[TableCommit]) -> pa.Table:
-        mschema = self._store.dataset().schema
-        existing = {row["object_id"]: row for row in self._state.rows}
+    def commit_once(
+        self, commits: Sequence[TableCommit], *, replace_all: bool = False, write_id: str | None = None
+    ) -> int:
+        """One optimistic ``__manifest`` commit based on the state this object last read.
+
+        Every commit also rewrites the ``v<N>`` row of each spec it touches, so any two
+        commits based on the same manifest version conflict: the second raises
+        :class:`ConcurrentModification` and must be rebased by its caller. With
+        ``replace_all`` every partition row not in ``commits`` is removed (overwrite).
+        ``write_id`` is remembered on the ``v<N>`` rows (see :meth:`committed_write_ids`).
+        """
+        if replace_all:
+            spec_ids = set(self._state.specs)
+        else:
+            spec_ids = {c.spec_id for c in commits} or {self.current_spec.spec_id}
+        rows = self._commit_rows(commits)
+        rows.extend(self._lock_rows(spec_ids, write_id))
+        mschema = self._store.dataset(self._state.version).schema
+        table = pa.Table.from_pylist(rows, schema=mschema)
+        self._store.merge_rows(self._store.dataset(self._state.version), table, delete_other_partitions=replace_all)
+        self.refresh()
+        return self.manifest_version
+
+    def committed_write_ids(self) -> set[str]:
+        """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
+        ids: set[str] = set()
+        for spec_id in self._state.specs:
+            ids.update(_write_ids(self._state.rows_by_id.get(f"v{spec_id}")))
+        return ids
+
+    def _lock_rows(self, spec_ids: Iterable[int], write_id: str | None) -> list[dict[str, Any]]:
+        out = []
+        for spec_id in sorted(spec_ids):
+            row = dict(self._state.rows_by_id[f"v{spec_id}"])
+            props = json.loads(row.get("metadata") or "{}")
+            if write_id is not None:
+                recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
+                props[WRITE_IDS_PROPERTY] = json.dumps([*recent, write_id])
+            row["metadata"] = json.dumps(props, separators=(",", ":"), sort_keys=True)
+            out.append(row)
+        return out
+
+    def _commit_rows(self, commits: Sequence[TableCommit]) -> list[dict[str, Any]]:
+        names = self._store.dataset(self._state.version).schema.names
+        existing = self._state.rows_by_id
         out: dict[str, dict[str, Any]] = {}
         for c in commits:
             spec = self._spec(c.spec_id)
             key = tuple(c.values.get(f.field_id) for f in spec.fields)
-            current = self.find_partition(c.spec_id, c.values)
+            current = self._state.by_key.get((c.spec_id, key))
             object_id = c.object_id or _object_id_from_location(c.location)
             if current is not None and current.object_id != object_id:
                 raise ConcurrentModification(
@@ -334,9 +377,9 @@ class PartitionedNamespace:
             parts = object_id.split("$")
             for level in range(1, len(parts) - 1):
                 ns_id = "$".join(parts[: level + 1])
-                if ns_id in existing or ns_id in out:
+                if ns_id in out:
                     continue
-                row = dict.fromkeys(mschema.names)
+                row = dict(existing.get(ns_id) or dict.fromkeys(names))
                 row.update(object_id=ns_id, object_type="namespace", metadata="{}")
                 for f, v in zip(spec.fields[:level], key[:level], strict=True):
                     row[partition_column(f.field_id)] = v
@@ -346,7 +389,7 @@ class PartitionedNamespace:
                 raise ConcurrentModification(
                     f"refusing to lower read_version of {object_id} from {previous} to {c.read_version}"
                 )
-            row = dict(existing.get(object_id) or dict.fromkeys(mschema.names))
+            row = dict(existing.get(object_id) or dict.fromkeys(names))
             row.update(
                 object_id=object_id,
                 object_type="table",
@@ -359,7 +402,7 @@ class PartitionedNamespace:
             for f, v in zip(spec.fields, key, strict=True):
                 row[partition_column(f.field_id)] = v
             out[object_id] = row
-        return pa.Table.from_pylist(list(out.values()), schema=mschema)
+        return list(out.values())
 
     # -- runtime properties (SPEC-NOTES 17) ---------------------------------------------------
     def describe_namespace(self, id_list: Sequence[str]) -> dict[str, str]:
@@ -368,7 +411,7 @@ class PartitionedNamespace:
         if not ids:
             return self.properties
         object_id = "$".join(ids)
-        row = next((r for r in self._state.rows if r["object_id"] == object_id), None)
+        row = self._state.rows_by_id.get(object_id)
         if row is None or row["object_type"] != "namespace":
             raise NamespaceNotFound(f"namespace {object_id!r} not found in {self.root}")
         spec_id = _spec_id_of(object_id)
@@ -453,4 +496,39 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
             "mutating call? see SPEC-NOTES 6)"
         )
     rows = ManifestStore.rows_of(ds).to_pylist()
-    return _State(version=ds.version, metadata=metadata, schema=schema, specs=specs, rows=rows)
+    tables = []
+    for row in rows:
+        spec_id = _spec_id_of(row["object_id"])
+        if row["object_type"] != "table" or spec_id not in specs:
+            continue
+        values = {f.field_id: row.get(partition_column(f.field_id)) for f in specs[spec_id].fields}
+        tables.append(
+            PartitionTable(
+                object_id=row["object_id"],
+                location=row["location"],
+                uri=join_uri(root, row["location"]),
+                spec_id=spec_id,
+                values=values,
+                read_version=row.get("read_version"),
+                read_branch=row.get("read_branch"),
+                read_tag=row.get("read_tag"),
+            )
+        )
+    tables.sort(key=lambda p: p.object_id)
+    return _State(
+        version=ds.version,
+        metadata=metadata,
+        schema=schema,
+        specs=specs,
+        rows=rows,
+        tables=tables,
+        by_key={(p.spec_id, p.key): p for p in tables},
+        rows_by_id={r["object_id"]: r for r in rows},
+    )
+
+
+def _write_ids(row: Mapping[str, Any] | None) -> list[str]:
+    if not row or not row.get("metadata"):
+        return []
+    props = json.loads(row["metadata"])
+    return list(json.loads(props.get(WRITE_IDS_PROPERTY, "[]")))
