@@ -1,5 +1,11 @@
 """Spark-free core of the Lance partitioned namespace: specs, schema, transforms, __manifest."""
 
+import os
+
+# pylance logs a warning for every fragment written to a not-yet-created dataset, which
+# is every new partition; keep its Rust log to errors unless the user chose a level.
+os.environ.setdefault("LANCE_LOG", "error")
+
 from partitioning.errors import (
     ConcurrentModification,
     CorruptNamespace,

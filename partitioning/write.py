@@ -1,0 +1,404 @@
+"""The write protocol, Spark-free: executor-side fragment writers and the driver commit.
+
+1. :class:`FragmentWriter` (picklable, runs in tasks) turns Arrow batches that carry
+   partition-value columns into Lance fragments under each partition's table
+   location, and yields small commit messages. Nothing becomes visible.
+2. :func:`commit_write` (driver) commits each touched dataset as a new version whose
+   fragments are exactly those of the version the manifest points at plus the new
+   ones, then makes ONE ``__manifest`` commit that moves every ``read_version``.
+   On a manifest conflict it re-reads, re-bases the dataset commits and retries.
+
+Dataset versions that no manifest commit points at (from failed or retried writes)
+are never read, so a crash before the manifest commit leaves nothing visible.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata, write_fragments
+
+from partitioning.errors import ConcurrentModification, SchemaError, translate_lance_errors
+from partitioning.manifest import join_uri
+from partitioning.namespace import LocationPlanner, PartitionedNamespace, PartitionKey, TableCommit
+from partitioning.schema import NamespaceSchema
+from partitioning.spec import PartitionField
+
+__all__ = [
+    "CommitResult",
+    "FragmentWriter",
+    "WriteMode",
+    "add_partition_columns",
+    "commit_write",
+    "conform_table",
+    "message_schema",
+    "write_table",
+]
+
+WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
+WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "overwrite_partitions", "error", "ignore")
+DEFAULT_MAX_ROWS_PER_FILE = 1_048_576
+DEFAULT_COMMIT_ATTEMPTS = 24
+PART_PREFIX = "__part_"
+
+
+def part_column(field_id: str) -> str:
+    return f"{PART_PREFIX}{field_id}"
+
+
+def message_schema(part_fields: Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
+    """Commit messages: one row per flushed buffer of one partition."""
+    return pa.schema(
+        [
+            pa.field("location", pa.string(), nullable=False),
+            pa.field("fragments", pa.string(), nullable=False),
+            pa.field("num_rows", pa.int64(), nullable=False),
+            *[pa.field(part_column(fid), t) for fid, t in part_fields],
+        ]
+    )
+
+
+@dataclass
+class _Buffer:
+    tables: list[pa.Table] = field(default_factory=list)
+    rows: int = 0
+
+    def add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.rows += table.num_rows
+
+
+@dataclass(frozen=True)
+class FragmentWriter:
+    """Writes one task's rows as Lance fragments, one partition buffer at a time.
+
+    Input batches hold the data columns plus one ``__part_<field_id>`` column per
+    partition field. Rows are buffered per partition and flushed as fragments when a
+    buffer reaches ``buffer_rows`` or when more than ``max_open_writers`` partitions
+    are buffered (least recently used first). On clustered input (sorted by partition)
+    ``max_open_writers=1`` keeps exactly one partition in memory and writes one
+    fragment per partition per task.
+    """
+
+    root: str
+    data_schema: pa.Schema
+    part_fields: tuple[tuple[str, pa.DataType], ...]
+    planner: LocationPlanner
+    storage_options: Mapping[str, str] | None = None
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
+    max_bytes_per_file: int | None = None
+    buffer_rows: int = DEFAULT_MAX_ROWS_PER_FILE
+    max_open_writers: int = 1
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return message_schema(self.part_fields)
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        buffers: OrderedDict[PartitionKey, _Buffer] = OrderedDict()
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            for key, part in self._split(pa.Table.from_batches([batch])):
+                buf = buffers.pop(key, None) or _Buffer()
+                buf.add(part)
+                buffers[key] = buf
+                if buf.rows >= self.buffer_rows:
+                    yield self._flush(key, buffers.pop(key))
+                while len(buffers) > self.max_open_writers:
+                    old_key, old = buffers.popitem(last=False)
+                    yield self._flush(old_key, old)
+        while buffers:
+            key, buf = buffers.popitem(last=False)
+            yield self._flush(key, buf)
+
+    def _split(self, table: pa.Table) -> Iterator[tuple[PartitionKey, pa.Table]]:
+        names = [part_column(fid) for fid, _ in self.part_fields]
+        if not names:
+            yield (), self._data(table)
+            return
+        keys = table.select(names).cast(
+            pa.schema([pa.field(n, t) for n, (_, t) in zip(names, self.part_fields, strict=True)])
+        )
+        if all(len(pc.unique(keys.column(n))) == 1 for n in names):
+            yield tuple(keys.column(n)[0].as_py() for n in names), self._data(table)
+            return
+        indexed = keys.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
+        groups = indexed.group_by(names, use_threads=False).aggregate([("__row", "list")])
+        for i in range(groups.num_rows):
+            key = tuple(groups.column(n)[i].as_py() for n in names)
+            yield key, self._data(table.take(groups.column("__row_list")[i].values))
+
+    def _data(self, table: pa.Table) -> pa.Table:
+        try:
+            return table.select(self.data_schema.names).cast(self.data_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
+            raise SchemaError(f"batch does not fit the namespace schema: {exc}") from exc
+
+    def _flush(self, key: PartitionKey, buf: _Buffer) -> pa.RecordBatch:
+        data = pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]
+        location = self.planner.location(key)
+        kwargs: dict[str, Any] = {"max_rows_per_file": self.max_rows_per_file}
+        if self.max_bytes_per_file is not None:
+            kwargs["max_bytes_per_file"] = self.max_bytes_per_file
+        with translate_lance_errors(f"write fragments to {location}"):
+            fragments = write_fragments(
+                data,
+                join_uri(self.root, location),
+                schema=self.data_schema,
+                storage_options=dict(self.storage_options) if self.storage_options else None,
+                **kwargs,
+            )
+        row: dict[str, Any] = {
+            "location": location,
+            "fragments": json.dumps([f.to_json() for f in fragments]),
+            "num_rows": data.num_rows,
+        }
+        for (fid, _), value in zip(self.part_fields, key, strict=True):
+            row[part_column(fid)] = value
+        return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one write did. ``skipped`` says why nothing was committed, if so."""
+
+    root: str
+    mode: str
+    manifest_version: int | None
+    rows_written: int = 0
+    partitions_touched: int = 0
+    partitions_created: int = 0
+    fragments_written: int = 0
+    attempts: int = 0
+    write_id: str | None = None
+    skipped: str | None = None
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"{self.root}: nothing written ({self.skipped})"
+        return (
+            f"{self.root}: {self.rows_written:,} rows into {self.partitions_touched} partitions "
+            f"({self.partitions_created} new, {self.fragments_written} fragments), mode={self.mode}, "
+            f"__manifest v{self.manifest_version}"
+        )
+
+
+@dataclass
+class _Pending:
+    """The written-but-uncommitted fragments of one partition."""
+
+    key: PartitionKey
+    location: str
+    fragments: list[FragmentMetadata]
+    rows: int
+
+
+def _group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, _Pending]:
+    pending: dict[str, _Pending] = {}
+    for row in messages.to_pylist():
+        key = tuple(row[part_column(fid)] for fid in field_ids)
+        entry = pending.setdefault(row["location"], _Pending(key, row["location"], [], 0))
+        entry.fragments.extend(FragmentMetadata.from_json(json.dumps(f)) for f in json.loads(row["fragments"]))
+        entry.rows += row["num_rows"]
+    return pending
+
+
+def _dataset_or_none(uri: str, storage_options: Mapping[str, str] | None) -> lance.LanceDataset | None:
+    try:
+        return lance.dataset(uri, storage_options=dict(storage_options) if storage_options else None)
+    except ValueError:
+        return None
+
+
+def _commit_dataset(
+    uri: str,
+    schema: pa.Schema,
+    fragments: list[FragmentMetadata],
+    storage_options: Mapping[str, str] | None,
+) -> int:
+    """Commit a new dataset version holding exactly ``fragments``; returns its version."""
+    latest = _dataset_or_none(uri, storage_options)
+    with translate_lance_errors(f"commit {uri}"):
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Overwrite(schema, fragments),
+            read_version=latest.version if latest is not None else None,
+            storage_options=dict(storage_options) if storage_options else None,
+        )
+    return int(ds.version)
+
+
+def _relocate(
+    pending: _Pending, target: str, ns: PartitionedNamespace, schema: pa.Schema, max_rows_per_file: int
+) -> _Pending:
+    """Move fragments written under a losing location into the partition's real table.
+
+    Happens only when another writer created the same new partition concurrently; the
+    data is re-written under the winner's location and the old files become orphans.
+    """
+    source_uri = join_uri(ns.root, pending.location)
+    _commit_dataset(source_uri, schema, pending.fragments, ns.storage_options)
+    data = lance.dataset(source_uri, storage_options=ns.storage_options).to_table()
+    with translate_lance_errors(f"write fragments to {target}"):
+        fragments = write_fragments(
+            data,
+            join_uri(ns.root, target),
+            schema=schema,
+            max_rows_per_file=max_rows_per_file,
+            storage_options=ns.storage_options,
+        )
+    return _Pending(pending.key, target, list(fragments), pending.rows)
+
+
+def commit_write(
+    ns: PartitionedNamespace,
+    messages: pa.Table,
+    *,
+    mode: WriteMode = "append",
+    spec_id: int | None = None,
+    write_id: str | None = None,
+    max_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+) -> CommitResult:
+    """Driver side of a write: dataset commits, then ONE ``__manifest`` commit."""
+    if mode not in ("append", "overwrite", "overwrite_partitions"):
+        raise SchemaError(f"unknown write mode {mode!r}; allowed: append, overwrite, overwrite_partitions")
+    spec = ns.specs[spec_id] if spec_id is not None else ns.current_spec
+    pending = _group_messages(messages, spec.field_ids)
+    schema = ns.namespace_schema.arrow
+    last_error: ConcurrentModification | None = None
+    for attempt in range(1, max_attempts + 1):
+        ns.refresh()
+        if write_id is not None and write_id in ns.committed_write_ids():
+            return CommitResult(
+                ns.root,
+                mode,
+                ns.manifest_version,
+                write_id=write_id,
+                attempts=attempt,
+                skipped=f"write_id {write_id!r} was already committed",
+            )
+        commits = []
+        created = 0
+        for location in list(pending):
+            entry = pending[location]
+            values = dict(zip(spec.field_ids, entry.key, strict=True))
+            existing = ns.find_partition(spec.spec_id, values)
+            if existing is not None and existing.location != entry.location:
+                entry = _relocate(entry, existing.location, ns, schema, max_rows_per_file)
+                del pending[location]
+                pending[entry.location] = entry
+            base: list[FragmentMetadata] = []
+            if existing is not None and mode == "append":
+                base = [f.metadata for f in ns.open_table(existing).get_fragments()]
+            created += existing is None
+            version = _commit_dataset(
+                join_uri(ns.root, entry.location), schema, base + entry.fragments, ns.storage_options
+            )
+            commits.append(TableCommit(spec.spec_id, values, entry.location, version))
+        try:
+            manifest_version = ns.commit_once(commits, replace_all=(mode == "overwrite"), write_id=write_id)
+        except ConcurrentModification as exc:
+            last_error = exc
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+            continue
+        return CommitResult(
+            root=ns.root,
+            mode=mode,
+            manifest_version=manifest_version,
+            rows_written=sum(p.rows for p in pending.values()),
+            partitions_touched=len(pending),
+            partitions_created=created,
+            fragments_written=sum(len(p.fragments) for p in pending.values()),
+            attempts=attempt,
+            write_id=write_id,
+        )
+    raise ConcurrentModification(
+        f"write to {ns.root} gave up after {max_attempts} __manifest commit attempts lost to concurrent writers; "
+        f"nothing of this write is visible (last conflict: {last_error})"
+    ) from last_error
+
+
+def conform_table(table: pa.Table, schema: NamespaceSchema) -> pa.Table:
+    """Apply the write-side schema rules (seed 000 section 4) to an Arrow table.
+
+    Unknown columns are an error naming them; missing nullable columns become NULL,
+    missing non-nullable ones are an error; values are cast safely to the namespace
+    types, and a failing cast names the column.
+    """
+    target = schema.arrow
+    extra = [c for c in table.column_names if c not in target.names]
+    if extra:
+        raise SchemaError(
+            f"column(s) {', '.join(repr(c) for c in extra)} are not in the namespace schema; "
+            f"namespace columns are: {', '.join(target.names)}"
+        )
+    columns = []
+    for f in target:
+        if f.name not in table.column_names:
+            if not f.nullable:
+                raise SchemaError(f"column {f.name!r} is required (not nullable) but missing from the input")
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
+        col = table.column(f.name)
+        if not f.nullable and col.null_count:
+            raise SchemaError(f"column {f.name!r} is not nullable but the input has {col.null_count} NULL value(s)")
+        try:
+            columns.append(col.cast(f.type, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise SchemaError(f"column {f.name!r}: cannot cast {col.type} to {f.type}: {first}") from exc
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def add_partition_columns(table: pa.Table, fields: Sequence[PartitionField], schema: NamespaceSchema) -> pa.Table:
+    """``table`` plus one ``__part_<field_id>`` column per partition field (Arrow transforms)."""
+    for f in fields:
+        sources = [
+            table.column(src.name) if src is not None and src.name in table.column_names else None
+            for src in f.source_fields(schema)
+        ]
+        table = table.append_column(part_column(f.field_id), f.apply(sources, schema, length=table.num_rows))
+    return table
+
+
+def write_table(
+    ns: PartitionedNamespace,
+    table: pa.Table,
+    *,
+    mode: WriteMode = "append",
+    write_id: str | None = None,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_open_writers: int = 64,
+) -> CommitResult:
+    """Write an Arrow table without Spark, through the same writer and commit protocol."""
+    spec = ns.current_spec
+    schema = ns.namespace_schema
+    keyed = add_partition_columns(conform_table(table, schema), spec.fields, schema)
+    writer = FragmentWriter(
+        root=ns.root,
+        data_schema=schema.arrow,
+        part_fields=tuple((f.field_id, f.arrow_result_type(schema)) for f in spec.fields),
+        planner=ns.location_planner(spec.spec_id, seed=secrets.token_bytes(32)),
+        storage_options=ns.storage_options,
+        max_rows_per_file=max_rows_per_file,
+        buffer_rows=max_rows_per_file,
+        max_open_writers=max_open_writers,
+    )
+    batches = list(writer(keyed.to_batches()))
+    messages = pa.Table.from_batches(batches, schema=writer.output_schema)
+    return commit_write(
+        ns, messages, mode=mode, spec_id=spec.spec_id, write_id=write_id, max_rows_per_file=max_rows_per_file
+    )

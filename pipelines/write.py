@@ -1,0 +1,258 @@
+"""``write_partitioned``: a DataFrame into a partitioned namespace, one atomic commit.
+
+Executors add the partition columns (Spark Column transforms), cluster the rows by
+them, and write Lance fragments with ``mapInArrow``; the driver then commits every
+touched dataset and makes ONE ``__manifest`` commit (:mod:`partitioning.write`).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import pyarrow as pa
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
+
+from partitioning.errors import (
+    NamespaceAlreadyExists,
+    PartitioningError,
+    SchemaError,
+    SpecError,
+)
+from partitioning.manifest import ManifestStore
+from partitioning.namespace import PartitionedNamespace
+from partitioning.schema import NamespaceSchema
+from partitioning.spec import PartitionSpec, parse_partition_by
+from partitioning.write import (
+    DEFAULT_MAX_ROWS_PER_FILE,
+    PART_PREFIX,
+    WRITE_MODES,
+    CommitResult,
+    FragmentWriter,
+    commit_write,
+    part_column,
+)
+from pipelines.schema import namespace_schema_from_spark, spark_schema
+from pipelines.transforms import with_partition_columns
+
+__all__ = ["conform_dataframe", "write_partitioned"]
+
+Mode = Literal["append", "overwrite", "overwrite_partitions", "error", "ignore"]
+# Errors raised inside Spark tasks carry this prefix so the driver can report just that line.
+ERROR_MARKER = "lance_partitioned:"
+_NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
+
+
+def _checked_cast(col: Column, name: str, source: T.DataType, target: T.DataType) -> Column:
+    """Cast ``col``; a value that cannot be cast, or only lossily, fails the task naming the column."""
+    if source == target:
+        return col
+    if not isinstance(target, T.AtomicType) or isinstance(source, T.NullType):
+        return col.cast(target)
+    casted = col.try_cast(target)
+    bad = col.isNotNull() & casted.isNull()
+    if isinstance(source, _NUMERIC) and isinstance(target, _NUMERIC):
+        bad = bad | (col.isNotNull() & (casted.cast(source) != col))
+    message = F.concat(
+        F.lit(f"{ERROR_MARKER} column {name!r}: value '"),
+        col.cast("string"),
+        F.lit(f"' of type {source.simpleString()} cannot be stored as {target.simpleString()} without loss"),
+    )
+    return F.when(bad, F.raise_error(message)).otherwise(casted)
+
+
+def conform_dataframe(df: DataFrame, schema: NamespaceSchema) -> DataFrame:
+    """Apply the write-side schema rules (seed 000 section 4, SPEC-NOTES 12) to ``df``.
+
+    Columns not in the namespace are an error naming them; missing nullable columns
+    become NULL and missing non-nullable ones are an error; types are cast to the
+    namespace's, and an impossible or lossy cast fails the write naming the column.
+    """
+    target = spark_schema(schema)
+    extra = [c for c in df.columns if c not in target.names]
+    if extra:
+        raise SchemaError(
+            f"column(s) {', '.join(repr(c) for c in extra)} are not in the namespace schema; "
+            f"namespace columns are: {', '.join(target.names)}"
+        )
+    source_types = {f.name: f.dataType for f in df.schema.fields}
+    columns = []
+    for f in target.fields:
+        if f.name not in source_types:
+            if not f.nullable:
+                raise SchemaError(f"column {f.name!r} is required (not nullable) but missing from the DataFrame")
+            columns.append(F.lit(None).cast(f.dataType).alias(f.name))
+            continue
+        col = _checked_cast(F.col(f"`{f.name}`"), f.name, source_types[f.name], f.dataType)
+        if not f.nullable:
+            col = F.when(
+                F.col(f"`{f.name}`").isNull(),
+                F.raise_error(F.lit(f"{ERROR_MARKER} column {f.name!r} is not nullable but the input has NULL")),
+            ).otherwise(col)
+        columns.append(col.alias(f.name))
+    return df.select(*columns)
+
+
+@contextmanager
+def _spark_errors(root: str) -> Iterator[None]:
+    """One clear line for failures inside Spark jobs; our own task errors keep their text."""
+    try:
+        yield
+    except PySparkException as exc:
+        text = str(exc)
+        ours = re.search(rf"{re.escape(ERROR_MARKER)}\s*(.+)", text)
+        if ours:
+            raise SchemaError(ours.group(1).strip().rstrip(".").strip()) from exc
+        mine = re.search(r"partitioning\.errors\.(\w+): (.+)", text)
+        if mine:
+            raise PartitioningError(mine.group(2).strip()) from exc
+        first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+        raise PartitioningError(f"write to {root} failed in a Spark job: {first[:500]}") from exc
+
+
+@contextmanager
+def _job(df: DataFrame, description: str) -> Iterator[None]:
+    sc = df.sparkSession.sparkContext
+    sc.setJobDescription(description)
+    try:
+        yield
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+
+
+def _resolve_namespace(
+    df: DataFrame,
+    root: str,
+    mode: str,
+    spec: PartitionSpec | str | Mapping[str, Any] | None,
+    partition_by: Sequence[str] | None,
+    schema: pa.Schema | NamespaceSchema | None,
+    storage_options: Mapping[str, str] | None,
+) -> tuple[PartitionedNamespace | None, str]:
+    """Load or create the namespace; returns (None, reason) when the mode says to skip."""
+    if ManifestStore(root, storage_options).exists():
+        if mode == "error":
+            raise NamespaceAlreadyExists(
+                f"a namespace already exists at {root} (mode='error'); "
+                "use mode='append', 'overwrite' or 'overwrite_partitions'"
+            )
+        if mode == "ignore":
+            return None, f"a namespace already exists at {root} (mode='ignore')"
+        ns = PartitionedNamespace.load(root, storage_options)
+        wanted = _requested_spec(spec, partition_by, ns.namespace_schema)
+        if wanted is not None and [f.signature for f in wanted.fields] != [f.signature for f in ns.current_spec.fields]:
+            raise SpecError(
+                f"the namespace at {root} is partitioned as {ns.current_spec}, not {wanted}; "
+                "omit partition_by/spec to write with the current spec"
+            )
+        return ns, mode
+    if spec is None and not partition_by:
+        raise SpecError(f"no namespace at {root}; pass partition_by=[...] (or spec=) to create it")
+    ns_schema = schema if schema is not None else namespace_schema_from_spark(df.schema)
+    if isinstance(ns_schema, pa.Schema):
+        ns_schema = NamespaceSchema.from_arrow(ns_schema)
+    first = _requested_spec(spec, partition_by, ns_schema)
+    assert first is not None
+    ns = PartitionedNamespace.create(root, ns_schema, first, storage_options)
+    return ns, "append" if mode in ("error", "ignore") else mode
+
+
+def _requested_spec(
+    spec: PartitionSpec | str | Mapping[str, Any] | None,
+    partition_by: Sequence[str] | None,
+    schema: NamespaceSchema,
+) -> PartitionSpec | None:
+    if spec is not None and partition_by:
+        raise SpecError("pass either spec= or partition_by=, not both")
+    if spec is not None:
+        return PartitionSpec.coerce(spec)
+    if partition_by:
+        return parse_partition_by(list(partition_by), schema)
+    return None
+
+
+def write_partitioned(
+    df: DataFrame,
+    root: str,
+    *,
+    mode: Mode = "append",
+    partition_by: Sequence[str] | None = None,
+    spec: PartitionSpec | str | Mapping[str, Any] | None = None,
+    schema: pa.Schema | NamespaceSchema | None = None,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_bytes_per_file: int | None = None,
+    cluster: bool = True,
+    max_open_writers: int = 32,
+    write_id: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> CommitResult:
+    """Write ``df`` into the partitioned namespace at ``root``.
+
+    Modes (Spark's words): ``append``; ``overwrite`` replaces all data, atomically
+    (partitions not written are removed); ``overwrite_partitions`` replaces only the
+    partitions present in ``df`` (dynamic overwrite); ``error``/``ignore`` fail or do
+    nothing when the namespace exists, and create it otherwise.
+
+    A missing namespace is created from ``partition_by`` (e.g. ``["day(ts)",
+    "bucket[16](user_id)"]``) or ``spec``, with ``schema`` defaulting to ``df``'s.
+    ``cluster`` repartitions and sorts by partition first, so each task holds one
+    partition in memory at a time; without it each task keeps at most
+    ``max_open_writers`` partition buffers. A retried job with the same ``write_id``
+    never adds its data twice.
+    """
+    if mode not in WRITE_MODES:
+        raise SpecError(f"unknown mode {mode!r}; allowed: {', '.join(WRITE_MODES)}")
+    if max_rows_per_file < 1 or max_open_writers < 1:
+        raise SpecError("max_rows_per_file and max_open_writers must be at least 1")
+    ns, effective = _resolve_namespace(df, root, mode, spec, partition_by, schema, storage_options)
+    if ns is None:
+        return CommitResult(root, mode, None, skipped=effective, write_id=write_id)
+    if write_id is not None and write_id in ns.committed_write_ids():
+        return CommitResult(
+            root, mode, ns.manifest_version, write_id=write_id, skipped=f"write_id {write_id!r} was already committed"
+        )
+    current = ns.current_spec
+    nschema = ns.namespace_schema
+    keyed = with_partition_columns(conform_dataframe(df, nschema), current.fields, nschema, prefix=PART_PREFIX)
+    part_fields = tuple((f.field_id, f.arrow_result_type(nschema)) for f in current.fields)
+    keyed = keyed.select(
+        *[F.col(f"`{n}`") for n in nschema.arrow.names],
+        *[F.col(part_column(fid)).cast(from_arrow_type(t)).alias(part_column(fid)) for fid, t in part_fields],
+    )
+    names = [part_column(fid) for fid, _ in part_fields]
+    if cluster and names:
+        keyed = keyed.repartition(*names).sortWithinPartitions(*names)
+    writer = FragmentWriter(
+        root=ns.root,
+        data_schema=nschema.arrow,
+        part_fields=part_fields,
+        planner=ns.location_planner(current.spec_id, seed=secrets.token_bytes(32)),
+        storage_options=ns.storage_options,
+        max_rows_per_file=max_rows_per_file,
+        max_bytes_per_file=max_bytes_per_file,
+        buffer_rows=max_rows_per_file,
+        max_open_writers=1 if cluster else max_open_writers,
+    )
+
+    def write_fragments(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return writer(batches)
+
+    label = root.rstrip("/").rsplit("/", 1)[-1]
+    with _spark_errors(root), _job(df, f"lance_partitioned: write fragments ({label})"):
+        messages = keyed.mapInArrow(write_fragments, from_arrow_schema(writer.output_schema)).toArrow()
+    with _job(df, f"lance_partitioned: commit ({label})"):
+        return commit_write(
+            ns,
+            messages,
+            mode=effective,  # type: ignore[arg-type]
+            spec_id=current.spec_id,
+            write_id=write_id,
+            max_rows_per_file=max_rows_per_file,
+        )
