@@ -37,6 +37,7 @@ from partitioning.manifest import (
     manifest_schema,
     partition_column,
 )
+from partitioning.orphans import Orphan, find_orphans
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionSpec, parse_partition_by
 
@@ -49,6 +50,11 @@ TABLE_NAME = "dataset"
 DEFAULT_COMMIT_RETRIES = 8
 WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
 WRITE_ID_HISTORY = 100
+
+
+def keyed_hex(seed: bytes, object_id: str) -> str:
+    """The 8 lowercase hex digits of a new table's directory, derived like :func:`keyed_namespace_name`."""
+    return hmac.new(seed, object_id.encode(), hashlib.sha256).hexdigest()[:8]
 
 
 def keyed_namespace_name(seed: bytes, parent: str, prefix: PartitionKey) -> str:
@@ -65,11 +71,6 @@ def keyed_namespace_name(seed: bytes, parent: str, prefix: PartitionKey) -> str:
         n, r = divmod(n, 36)
         chars.append(_NAME_ALPHABET[r])
     return "".join(chars)
-
-
-def table_location(object_id: str) -> str:
-    """``<8 lowercase hex>_<object_id>``, as pylance's DirectoryNamespace names table directories."""
-    return f"{secrets.token_hex(4)}_{object_id}"
 
 
 def format_partition_value(value: Any) -> str | None:
@@ -145,7 +146,8 @@ class LocationPlanner:
             parent = "$".join([f"v{self.spec_id}", *names])
             name = self.namespaces.get((parent, prefix))
             names.append(name if name is not None else keyed_namespace_name(self.seed, parent, prefix))
-        return table_location("$".join([f"v{self.spec_id}", *names, TABLE_NAME]))
+        object_id = "$".join([f"v{self.spec_id}", *names, TABLE_NAME])
+        return f"{keyed_hex(self.seed, object_id)}_{object_id}"
 
 
 @dataclass
@@ -384,6 +386,10 @@ class PartitionedNamespace:
                 for f, v in zip(spec.fields[:level], key[:level], strict=True):
                     row[partition_column(f.field_id)] = v
                 out[ns_id] = row
+            if object_id in out and out[object_id]["location"] != c.location:
+                raise InvalidInput(
+                    f"one commit gives table {object_id} two locations: {out[object_id]['location']}, {c.location}"
+                )
             previous = existing.get(object_id, {}).get("read_version")
             if previous is not None and previous > c.read_version:
                 raise ConcurrentModification(
@@ -423,6 +429,10 @@ class PartitionedNamespace:
         level_field = spec.fields[len(ids) - 2]
         value = format_partition_value(row.get(partition_column(level_field.field_id)))
         return {} if value is None else {f"partition.{level_field.field_id}": value}
+
+    def orphans(self) -> list[Orphan]:
+        """Files and dataset versions left by failed or retried writes (see :mod:`partitioning.orphans`)."""
+        return find_orphans(self.root, self.storage_options)
 
     def layout(self) -> str:
         """A readable tree of spec versions, partition namespaces and tables."""

@@ -206,9 +206,15 @@ class _Pending:
 
 
 def _group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, _Pending]:
+    """Fragments per table location; every partition key must map to one location."""
     pending: dict[str, _Pending] = {}
+    location_of: dict[PartitionKey, str] = {}
     for row in messages.to_pylist():
         key = tuple(row[part_column(fid)] for fid in field_ids)
+        if location_of.setdefault(key, row["location"]) != row["location"]:
+            raise ConcurrentModification(
+                f"partition {key} was written to two locations ({location_of[key]}, {row['location']}) in one write"
+            )
         entry = pending.setdefault(row["location"], _Pending(key, row["location"], [], 0))
         entry.fragments.extend(FragmentMetadata.from_json(json.dumps(f)) for f in json.loads(row["fragments"]))
         entry.rows += row["num_rows"]
@@ -384,6 +390,15 @@ def write_table(
     max_open_writers: int = 64,
 ) -> CommitResult:
     """Write an Arrow table without Spark, through the same writer and commit protocol."""
+    ns.refresh()
+    if write_id is not None and write_id in ns.committed_write_ids():
+        return CommitResult(
+            ns.root,
+            mode,
+            ns.manifest_version,
+            write_id=write_id,
+            skipped=f"write_id {write_id!r} was already committed",
+        )
     spec = ns.current_spec
     schema = ns.namespace_schema
     keyed = add_partition_columns(conform_table(table, schema), spec.fields, schema)
