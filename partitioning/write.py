@@ -233,17 +233,30 @@ def _commit_dataset(
     schema: pa.Schema,
     fragments: list[FragmentMetadata],
     storage_options: Mapping[str, str] | None,
+    *,
+    attempts: int = DEFAULT_COMMIT_ATTEMPTS,
 ) -> int:
-    """Commit a new dataset version holding exactly ``fragments``; returns its version."""
-    latest = _dataset_or_none(uri, storage_options)
-    with translate_lance_errors(f"commit {uri}"):
-        ds = lance.LanceDataset.commit(
-            uri,
-            LanceOperation.Overwrite(schema, fragments),
-            read_version=latest.version if latest is not None else None,
-            storage_options=dict(storage_options) if storage_options else None,
-        )
-    return int(ds.version)
+    """Commit a new dataset version holding exactly ``fragments``; returns its version.
+
+    The version's content does not depend on the dataset's latest version, so losing
+    a race to another writer's commit only means trying again on top of it.
+    """
+    last: ConcurrentModification | None = None
+    for attempt in range(attempts):
+        latest = _dataset_or_none(uri, storage_options)
+        try:
+            with translate_lance_errors(f"commit {uri}"):
+                ds = lance.LanceDataset.commit(
+                    uri,
+                    LanceOperation.Overwrite(schema, fragments),
+                    read_version=latest.version if latest is not None else None,
+                    storage_options=dict(storage_options) if storage_options else None,
+                )
+            return int(ds.version)
+        except ConcurrentModification as exc:
+            last = exc
+            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
+    raise ConcurrentModification(f"gave up committing {uri} after {attempts} attempts: {last}") from last
 
 
 def _relocate(

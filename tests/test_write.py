@@ -416,7 +416,7 @@ def test_unknown_column_is_rejected_and_nothing_is_written(spark, tmp_path):
     extra = spark.createDataFrame([(7, "FR", 1.0, "x")], "id long, country string, amount double, bogus string")
     with pytest.raises(SchemaError) as info:
         write_partitioned(extra, root)
-    message = str(info.value)
+    message = str(info.value); print("MSG:", type(info.value).__name__, message)
     assert "\n" not in message
     assert "bogus" in message
     assert "id, country, amount" in message
@@ -482,7 +482,7 @@ def test_impossible_or_lossy_cast_is_one_line_schema_error(spark, tmp_path, ddl,
     with pytest.raises(SchemaError) as info:
         write_partitioned(df, root)
     assert isinstance(info.value, ValueError)
-    message = str(info.value)
+    message = str(info.value); print("MSG:", type(info.value).__name__, message)
     assert "\n" not in message
     assert f"'{column}'" in message
     assert manifest_version(root) == before

@@ -1,0 +1,152 @@
+"""Failed and concurrent writes: nothing half-written is visible, nothing committed is lost."""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing as mp
+from collections import Counter
+
+import lance
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from partitioning import PartitionedNamespace, PartitioningError
+from partitioning.write import write_table
+from pipelines.write import write_partitioned
+
+pytestmark = pytest.mark.slow
+
+SCHEMA = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False), pa.field("day", pa.date32()), pa.field("c", pa.string())]
+)
+
+
+def _visible_ids(root: str) -> list[int]:
+    ns = PartitionedNamespace.load(root)
+    ids: list[int] = []
+    for p in ns.partitions():
+        ids.extend(ns.open_table(p).to_table(columns=["id"]).column("id").to_pylist())
+    return sorted(ids)
+
+
+def _manifest_version(root: str) -> int:
+    return lance.dataset(f"{root}/__manifest").version
+
+
+def _events(spark, start: int, n: int):
+    return spark.range(start, start + n).select(
+        F.col("id"),
+        F.date_add(F.lit("2025-12-10").cast("date"), (F.col("id") % 3).cast("int")).alias("day"),
+        F.element_at(
+            F.array(F.lit("US"), F.lit("CN"), F.lit("DE"), F.lit("FR")), (F.col("id") % 4 + 1).cast("int")
+        ).alias("c"),
+    )
+
+
+@pytest.fixture
+def seeded(spark, tmp_path):
+    root = str(tmp_path / "ns")
+    write_partitioned(_events(spark, 0, 120), root, partition_by=["day", "c"])
+    return root
+
+
+def test_a_task_failure_leaves_nothing_visible(spark, seeded):
+    """Fragments written by tasks of a failed job are never committed; orphans() reports them."""
+    before_version = _manifest_version(seeded)
+    before_ids = _visible_ids(seeded)
+    failing = _events(spark, 1000, 600).withColumn(
+        "c", F.when(F.col("id") == 1550, F.raise_error(F.lit("boom in a task"))).otherwise(F.col("c"))
+    )
+    failing = failing.union(_events(spark, 5000, 40).withColumn("c", F.lit("NEW")))
+    old = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        with pytest.raises(PartitioningError, match="boom in a task"):
+            write_partitioned(failing, seeded, cluster=False, max_open_writers=1)
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", old)
+    assert _manifest_version(seeded) == before_version
+    assert _visible_ids(seeded) == before_ids
+    orphans = PartitionedNamespace.load(seeded).orphans()
+    assert {o.kind for o in orphans} <= {"data_file", "table_dir"}
+    assert len([o for o in orphans if o.kind == "data_file"]) >= 1
+
+
+def test_a_crash_between_dataset_commits_and_the_manifest_commit(spark, seeded, monkeypatch):
+    """Dataset versions committed without a manifest commit stay invisible, and later writes skip them."""
+    before_version = _manifest_version(seeded)
+    before_ids = _visible_ids(seeded)
+    before_tables = {p.location: p.read_version for p in PartitionedNamespace.load(seeded).partitions()}
+
+    def crash(self, *args, **kwargs):
+        raise RuntimeError("driver died before the __manifest commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(PartitionedNamespace, "commit_once", crash)
+        with pytest.raises(RuntimeError, match="driver died"):
+            write_partitioned(_events(spark, 2000, 200), seeded)
+
+    assert _manifest_version(seeded) == before_version
+    assert _visible_ids(seeded) == before_ids
+    ns = PartitionedNamespace.load(seeded)
+    advanced = [loc for loc, rv in before_tables.items() if lance.dataset(f"{seeded}/{loc}").version > rv]
+    assert sorted(advanced) == sorted(before_tables)  # every dataset was committed ahead of the manifest
+    orphan_versions = {o.uri.rsplit("/", 1)[-1] for o in ns.orphans() if o.kind == "version"}
+    assert orphan_versions == set(before_tables)
+
+    result = write_partitioned(_events(spark, 3000, 30), seeded)
+    assert result.rows_written == 30
+    assert _visible_ids(seeded) == sorted([*before_ids, *range(3000, 3030)])
+
+
+def test_retried_job_with_the_same_write_id_adds_nothing(spark, seeded):
+    first = write_partitioned(_events(spark, 700, 50), seeded, write_id="job-42")
+    again = write_partitioned(_events(spark, 700, 50), seeded, write_id="job-42")
+    assert first.skipped is None and first.rows_written == 50
+    assert again.skipped == "write_id 'job-42' was already committed"
+    assert Counter(_visible_ids(seeded))[700] == 1
+    assert len(_visible_ids(seeded)) == 170
+
+
+# -- concurrency: separate processes -------------------------------------------------------------
+
+WRITERS = 4
+ROUNDS = 5
+ROWS = 24
+
+
+def _writer(root: str, writer: int) -> list[int]:
+    ns = PartitionedNamespace.load(root)
+    attempts = []
+    for r in range(ROUNDS):
+        base = (writer * ROUNDS + r) * ROWS
+        ids = list(range(base, base + ROWS))
+        table = pa.table(
+            {
+                "id": ids,
+                "day": [dt.date(2025, 12, 10 + i % 2) for i in ids],
+                "c": [("US", "CN", "DE")[i % 3] for i in ids],
+            },
+            schema=SCHEMA,
+        )
+        attempts.append(write_table(ns, table).attempts)
+    return attempts
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    """4 processes x 5 appends to the same (initially missing) partitions."""
+    root = str(tmp_path / "ns")
+    PartitionedNamespace.create(root, SCHEMA, ["day", "c"])
+    with mp.get_context("spawn").Pool(WRITERS) as pool:
+        attempts = pool.starmap(_writer, [(root, w) for w in range(WRITERS)])
+    ns = PartitionedNamespace.load(root)
+    assert sorted(len(a) for a in attempts) == [ROUNDS] * WRITERS
+    assert _visible_ids(root) == list(range(WRITERS * ROUNDS * ROWS))
+    keys = [p.key for p in ns.partitions()]
+    assert sorted(keys) == sorted({(dt.date(2025, 12, 10 + d), c) for d in (0, 1) for c in ("US", "CN", "DE")})
+    for p in ns.partitions():
+        table = ns.open_table(p).to_table()
+        assert set(table.column("c").to_pylist()) == {p.values["c"]}
+        assert set(table.column("day").to_pylist()) == {p.values["day"]}
+    assert _manifest_version(root) >= 1 + WRITERS * ROUNDS
