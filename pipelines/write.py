@@ -109,7 +109,8 @@ def _spark_errors(root: str) -> Iterator[None]:
         text = str(exc)
         ours = re.search(rf"{re.escape(ERROR_MARKER)}\s*(.+)", text)
         if ours:
-            raise SchemaError(ours.group(1).strip().rstrip(".").strip()) from exc
+            line = re.sub(r"\s*SQLSTATE:\s*\w+\s*$", "", ours.group(1).strip())
+            raise SchemaError(line.rstrip(". ")) from exc
         mine = re.search(r"partitioning\.errors\.(\w+): (.+)", text)
         if mine:
             raise PartitioningError(mine.group(2).strip()) from exc

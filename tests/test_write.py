@@ -163,9 +163,7 @@ def test_round_trip_creates_namespace_and_places_rows(spark, events):
     assert ns.current_spec.field_ids == ["ts_day", "user_id_bucket"]
 
     # partition values are exactly the hand-computed (day, bucket) pairs of the input
-    expected_keys = {
-        (ts.astimezone(UTC).day, BUCKET16.apply_scalar([uid], [pa.int64()])) for _, uid, ts, _, _ in rows
-    }
+    expected_keys = {(ts.astimezone(UTC).day, BUCKET16.apply_scalar([uid], [pa.int64()])) for _, uid, ts, _, _ in rows}
     assert {p.key for p in ns.partitions()} == expected_keys
     assert {k[0] for k in expected_keys} == {29, 30, 1, 2}
     assert len(ns.partitions()) == len(expected_keys)
@@ -300,7 +298,9 @@ def test_ignore_mode(spark, tmp_path):
     first = write_partitioned(df, root, mode="ignore", partition_by=["country"])  # creates and appends
     assert first.skipped is None
     ns = PartitionedNamespace.load(root)
-    assert sorted_rows(read_all(ns).to_pylist()) == sorted_rows(as_dicts(simple_rows([("US", 3), ("DE", 2)]), SIMPLE.names))
+    assert sorted_rows(read_all(ns).to_pylist()) == sorted_rows(
+        as_dicts(simple_rows([("US", 3), ("DE", 2)]), SIMPLE.names)
+    )
     before = manifest_version(root)
     dirs = table_dirs(root)
     second = write_partitioned(simple_df(spark, [("FR", 4)], start=100), root, mode="ignore")
@@ -416,7 +416,7 @@ def test_unknown_column_is_rejected_and_nothing_is_written(spark, tmp_path):
     extra = spark.createDataFrame([(7, "FR", 1.0, "x")], "id long, country string, amount double, bogus string")
     with pytest.raises(SchemaError) as info:
         write_partitioned(extra, root)
-    message = str(info.value); print("MSG:", type(info.value).__name__, message)
+    message = str(info.value)
     assert "\n" not in message
     assert "bogus" in message
     assert "id, country, amount" in message
@@ -464,15 +464,30 @@ CAST_SCHEMA = pa.schema(
 
 
 @pytest.mark.parametrize(
-    ("ddl", "row", "column"),
+    ("ddl", "row", "column", "expected"),
     [
-        ("id long, country string, n string", (1, "US", "abc"), "n"),
-        ("id long, country string, n double", (1, "US", 3.5), "n"),
-        ("id long, country string, b int", (1, "US", 300), "b"),
+        (
+            "id long, country string, n string",
+            (1, "US", "abc"),
+            "n",
+            "column 'n': value 'abc' of type string cannot be stored as bigint without loss",
+        ),
+        (
+            "id long, country string, n double",
+            (1, "US", 3.5),
+            "n",
+            "column 'n': value '3.5' of type double cannot be stored as bigint without loss",
+        ),
+        (
+            "id long, country string, b int",
+            (1, "US", 300),
+            "b",
+            "column 'b': value '300' of type int cannot be stored as tinyint without loss",
+        ),
     ],
     ids=["string-into-long", "fraction-into-long", "overflow-into-byte"],
 )
-def test_impossible_or_lossy_cast_is_one_line_schema_error(spark, tmp_path, ddl, row, column):
+def test_impossible_or_lossy_cast_is_one_line_schema_error(spark, tmp_path, ddl, row, column, expected):
     root = str(tmp_path / "ns")
     ns = PartitionedNamespace.create(root, CAST_SCHEMA, ["country"])
     before = manifest_version(root)
@@ -482,9 +497,10 @@ def test_impossible_or_lossy_cast_is_one_line_schema_error(spark, tmp_path, ddl,
     with pytest.raises(SchemaError) as info:
         write_partitioned(df, root)
     assert isinstance(info.value, ValueError)
-    message = str(info.value); print("MSG:", type(info.value).__name__, message)
+    message = str(info.value)
     assert "\n" not in message
     assert f"'{column}'" in message
+    assert message == expected
     assert manifest_version(root) == before
     assert PartitionedNamespace.load(root).partitions() == []
 
@@ -532,6 +548,8 @@ def test_null_partition_values_go_to_the_null_partition(spark, tmp_path):
         ("DE", b2): [5],
         (None, b2): [6],
     }
+    null_lines = [line for line in ns.layout().splitlines() if "[country=NULL, user_id_bucket=NULL]" in line]
+    assert len(null_lines) == 1
     assert sorted_rows(read_all(ns).to_pylist()) == sorted_rows(as_dicts(rows, EVENTS.names))
 
 
@@ -545,10 +563,11 @@ def test_awkward_partition_values_round_trip(spark, tmp_path):
     parts = by_partition(ns)
     assert set(parts) == {(v,) for v in values}
     for v in values:
-        assert sorted_rows(parts[(v,)]) == sorted_rows(
-            [r for r in as_dicts(rows, SIMPLE.names) if r["country"] == v]
-        )
+        assert sorted_rows(parts[(v,)]) == sorted_rows([r for r in as_dicts(rows, SIMPLE.names) if r["country"] == v])
     assert len(parts[("",)]) == 3
+    layout = ns.layout().splitlines()
+    for v in values:
+        assert len([line for line in layout if f"[country={v}]" in line]) == 1, v
 
 
 def test_day_partition_is_utc_whatever_the_session_zone(spark, tmp_path):

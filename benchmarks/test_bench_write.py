@@ -1,0 +1,147 @@
+"""Distributed write: ours vs Spark's ``partitionBy().parquet()`` on the same DataFrame, same run.
+
+Issue #3 targets a ratio of at most 1.2. Data: 5M events, ts over 30 days, 50
+countries, int64 user_id, 5 payload columns. Layouts: (a) year/month/day(ts) +
+country (about 1,500 partitions) and (b) bucket[16](user_id). The parquet side gets
+its partition columns precomputed. Also reported: the peak RSS of the Python
+workers, and a single-partition write against ``lance.write_dataset`` of the same
+Arrow data. Run with ``make bench``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import lance
+import pytest
+from pyspark.sql import functions as F
+
+from partitioning import PartitionedNamespace
+from pipelines.sample import COUNTRIES
+from pipelines.write import write_partitioned
+
+pytestmark = pytest.mark.bench
+
+ROWS = 5_000_000
+REPEATS = 3
+
+
+def _events(spark, rows: int):
+    countries = F.array(*[F.lit(f"{c}{i}") for i in range(5) for c in COUNTRIES])  # 50 values
+    start = 1_764_547_200  # 2025-12-01T00:00Z
+    h = lambda seed: F.abs(F.xxhash64("id", F.lit(seed)))  # noqa: E731
+    return spark.range(rows).select(
+        F.timestamp_seconds(F.lit(start) + h(1) % (30 * 86_400)).alias("ts"),
+        F.element_at(countries, (h(2) % 50 + 1).cast("int")).alias("country"),
+        (h(3) % 1_000_000).alias("user_id"),
+        (h(4) % 100_000).alias("p_long"),
+        (h(5) % 10_000 / 100).alias("p_double"),
+        F.substring(F.sha2(F.col("id").cast("string"), 256), 1, 16).alias("p_string"),
+        (h(6) % 2 == 0).alias("p_bool"),
+        F.col("id").alias("p_id"),
+    )
+
+
+def _python_worker_peak_rss_mb() -> float:
+    """Largest peak RSS (VmHWM) among this machine's PySpark Python worker processes."""
+    peak = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"python" not in argv[0] or b"pyspark.daemon" not in argv:
+                continue
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except OSError:
+            continue
+    return peak / 1024
+
+
+def _median_time(fn, repeats: int = REPEATS) -> float:
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+@pytest.mark.parametrize(
+    ("layout", "partition_by", "parquet_cols"),
+    [
+        ("a: year/month/day/country", ["year(ts)", "month(ts)", "day(ts)", "country"], ["y", "m", "d", "country"]),
+        ("b: bucket[16](user_id)", ["bucket[16](user_id)"], ["b"]),
+    ],
+)
+def test_write_vs_parquet(spark, tmp_path, layout, partition_by, parquet_cols):
+    events = _events(spark, ROWS).cache()
+    events.count()
+    with_cols = events.select(
+        "*",
+        F.year("ts").alias("y"),
+        F.month("ts").alias("m"),
+        F.dayofmonth("ts").alias("d"),
+        F.pmod(F.hash("user_id"), F.lit(16)).alias("b"),
+    ).cache()
+    with_cols.count()
+    root = tmp_path / "lance"
+    out = tmp_path / "parquet"
+    results = []
+
+    def ours():
+        shutil.rmtree(root, ignore_errors=True)
+        results.append(write_partitioned(events, str(root), mode="overwrite", partition_by=partition_by))
+
+    def parquet():
+        with_cols.write.mode("overwrite").partitionBy(*parquet_cols).parquet(str(out))
+
+    samples: dict[str, list[float]] = {"ours": [], "parquet": []}
+    for _ in range(REPEATS):
+        for name, fn in (("ours", ours), ("parquet", parquet)):
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    ours_s, parquet_s = statistics.median(samples["ours"]), statistics.median(samples["parquet"])
+    ns = PartitionedNamespace.load(str(root))
+    fragments = sum(len(ns.open_table(p).get_fragments()) for p in ns.partitions())
+    print(
+        f"\n[{layout}] {ROWS:,} rows -> {len(ns.partitions())} partitions, {fragments} fragments; "
+        f"median of {REPEATS}: ours {ours_s:.2f} s, parquet {parquet_s:.2f} s, ratio {ours_s / parquet_s:.2f} "
+        f"(target <= 1.2); Python worker peak RSS {_python_worker_peak_rss_mb():.0f} MB"
+    )
+    assert results[-1].rows_written == ROWS
+    events.unpersist()
+    with_cols.unpersist()
+
+
+def test_single_partition_write_vs_lance_write_dataset(spark, tmp_path):
+    """The Spark path's overhead on one partition: same Arrow data, plain pylance as the baseline."""
+    rows = 1_000_000
+    df = _events(spark, rows).withColumn("country", F.lit("US")).cache()
+    arrow = df.toArrow()
+    root = tmp_path / "one"
+    plain = tmp_path / "plain.lance"
+
+    def ours():
+        shutil.rmtree(root, ignore_errors=True)
+        write_partitioned(df, str(root), mode="overwrite", partition_by=["country"])
+
+    def baseline():
+        shutil.rmtree(plain, ignore_errors=True)
+        lance.write_dataset(arrow, str(plain))
+
+    ours_s = _median_time(ours)
+    base_s = _median_time(baseline)
+    print(
+        f"\n[single partition] {rows:,} rows: ours {ours_s:.2f} s, lance.write_dataset {base_s:.2f} s, "
+        f"ratio {ours_s / base_s:.2f}"
+    )
+    assert PartitionedNamespace.load(str(root)).partitions()[0].read_version == 1
+    df.unpersist()
