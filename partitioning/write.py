@@ -40,6 +40,7 @@ __all__ = [
     "FragmentWriter",
     "WriteMode",
     "add_partition_columns",
+    "already_committed",
     "commit_write",
     "conform_table",
     "message_schema",
@@ -100,6 +101,30 @@ class FragmentWriter:
     max_bytes_per_file: int | None = None
     buffer_rows: int = DEFAULT_MAX_ROWS_PER_FILE
     max_open_writers: int = 1
+
+    @classmethod
+    def for_namespace(
+        cls,
+        ns: PartitionedNamespace,
+        *,
+        max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+        max_bytes_per_file: int | None = None,
+        max_open_writers: int = 1,
+    ) -> FragmentWriter:
+        """A writer for the namespace's current spec, naming new partitions with a fresh seed."""
+        spec = ns.current_spec
+        schema = ns.namespace_schema
+        return cls(
+            root=ns.root,
+            data_schema=schema.arrow,
+            part_fields=tuple((f.field_id, f.arrow_result_type(schema)) for f in spec.fields),
+            planner=ns.location_planner(spec.spec_id, seed=secrets.token_bytes(32)),
+            storage_options=ns.storage_options,
+            max_rows_per_file=max_rows_per_file,
+            max_bytes_per_file=max_bytes_per_file,
+            buffer_rows=max_rows_per_file,
+            max_open_writers=max_open_writers,
+        )
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -193,6 +218,15 @@ class CommitResult:
             f"({self.partitions_created} new, {self.fragments_written} fragments), mode={self.mode}, "
             f"__manifest v{self.manifest_version}"
         )
+
+
+def already_committed(ns: PartitionedNamespace, mode: str, write_id: str | None) -> CommitResult | None:
+    """A skipped result when ``write_id`` was committed before (``ns`` must be fresh)."""
+    if write_id is None or write_id not in ns.committed_write_ids():
+        return None
+    return CommitResult(
+        ns.root, mode, ns.manifest_version, write_id=write_id, skipped=f"write_id {write_id!r} was already committed"
+    )
 
 
 @dataclass
@@ -300,15 +334,9 @@ def commit_write(
     last_error: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
         ns.refresh()
-        if write_id is not None and write_id in ns.committed_write_ids():
-            return CommitResult(
-                ns.root,
-                mode,
-                ns.manifest_version,
-                write_id=write_id,
-                attempts=attempt,
-                skipped=f"write_id {write_id!r} was already committed",
-            )
+        skipped = already_committed(ns, mode, write_id)
+        if skipped is not None:
+            return skipped
         commits = []
         created = 0
         for location in list(pending):
@@ -404,27 +432,13 @@ def write_table(
 ) -> CommitResult:
     """Write an Arrow table without Spark, through the same writer and commit protocol."""
     ns.refresh()
-    if write_id is not None and write_id in ns.committed_write_ids():
-        return CommitResult(
-            ns.root,
-            mode,
-            ns.manifest_version,
-            write_id=write_id,
-            skipped=f"write_id {write_id!r} was already committed",
-        )
+    skipped = already_committed(ns, mode, write_id)
+    if skipped is not None:
+        return skipped
     spec = ns.current_spec
     schema = ns.namespace_schema
     keyed = add_partition_columns(conform_table(table, schema), spec.fields, schema)
-    writer = FragmentWriter(
-        root=ns.root,
-        data_schema=schema.arrow,
-        part_fields=tuple((f.field_id, f.arrow_result_type(schema)) for f in spec.fields),
-        planner=ns.location_planner(spec.spec_id, seed=secrets.token_bytes(32)),
-        storage_options=ns.storage_options,
-        max_rows_per_file=max_rows_per_file,
-        buffer_rows=max_rows_per_file,
-        max_open_writers=max_open_writers,
-    )
+    writer = FragmentWriter.for_namespace(ns, max_rows_per_file=max_rows_per_file, max_open_writers=max_open_writers)
     batches = list(writer(keyed.to_batches()))
     messages = pa.Table.from_batches(batches, schema=writer.output_schema)
     return commit_write(

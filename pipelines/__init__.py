@@ -1,13 +1,20 @@
-"""Spark side of the Lance partitioned namespace: session, Column transforms, schemas."""
+"""Spark side of the Lance partitioned namespace: session, Column transforms, writes, data source."""
 
+from partitioning.write import CommitResult
+from pipelines.datasource import LancePartitionedDataSource, register_data_source
 from pipelines.schema import namespace_schema_from_spark, spark_schema
 from pipelines.session import build_session
 from pipelines.transforms import partition_value, with_partition_columns
+from pipelines.write import write_partitioned
 
 __all__ = [
+    "CommitResult",
+    "LancePartitionedDataSource",
     "build_session",
     "namespace_schema_from_spark",
     "partition_value",
+    "register_data_source",
     "spark_schema",
     "with_partition_columns",
+    "write_partitioned",
 ]

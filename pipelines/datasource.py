@@ -17,7 +17,6 @@ partitions present in the DataFrame.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -100,14 +99,8 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         self.fields = spec.fields
         self.schema = ns.namespace_schema
         self.max_rows_per_file = max_rows
-        self.fragment_writer = FragmentWriter(
-            root=ns.root,
-            data_schema=self.schema.arrow,
-            part_fields=tuple((f.field_id, f.arrow_result_type(self.schema)) for f in spec.fields),
-            planner=ns.location_planner(spec.spec_id, seed=secrets.token_bytes(32)),
-            max_rows_per_file=max_rows,
-            buffer_rows=max_rows,
-            max_open_writers=int(options.get("max_open_writers", 32)),
+        self.fragment_writer = FragmentWriter.for_namespace(
+            ns, max_rows_per_file=max_rows, max_open_writers=int(options.get("max_open_writers", 32))
         )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Messages:

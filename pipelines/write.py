@@ -8,7 +8,6 @@ touched dataset and makes ONE ``__manifest`` commit (:mod:`partitioning.write`).
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -36,6 +35,7 @@ from partitioning.write import (
     WRITE_MODES,
     CommitResult,
     FragmentWriter,
+    already_committed,
     commit_write,
     part_column,
 )
@@ -215,32 +215,25 @@ def write_partitioned(
     ns, effective = _resolve_namespace(df, root, mode, spec, partition_by, schema, storage_options)
     if ns is None:
         return CommitResult(root, mode, None, skipped=effective, write_id=write_id)
-    if write_id is not None and write_id in ns.committed_write_ids():
-        return CommitResult(
-            root, mode, ns.manifest_version, write_id=write_id, skipped=f"write_id {write_id!r} was already committed"
-        )
+    skipped = already_committed(ns, mode, write_id)
+    if skipped is not None:
+        return skipped
     current = ns.current_spec
     nschema = ns.namespace_schema
-    keyed = with_partition_columns(conform_dataframe(df, nschema), current.fields, nschema, prefix=PART_PREFIX)
-    part_fields = tuple((f.field_id, f.arrow_result_type(nschema)) for f in current.fields)
-    keyed = keyed.select(
-        *[F.col(f"`{n}`") for n in nschema.arrow.names],
-        *[F.col(part_column(fid)).cast(from_arrow_type(t)).alias(part_column(fid)) for fid, t in part_fields],
-    )
-    names = [part_column(fid) for fid, _ in part_fields]
-    if cluster and names:
-        keyed = keyed.repartition(*names).sortWithinPartitions(*names)
-    writer = FragmentWriter(
-        root=ns.root,
-        data_schema=nschema.arrow,
-        part_fields=part_fields,
-        planner=ns.location_planner(current.spec_id, seed=secrets.token_bytes(32)),
-        storage_options=ns.storage_options,
+    writer = FragmentWriter.for_namespace(
+        ns,
         max_rows_per_file=max_rows_per_file,
         max_bytes_per_file=max_bytes_per_file,
-        buffer_rows=max_rows_per_file,
         max_open_writers=1 if cluster else max_open_writers,
     )
+    keyed = with_partition_columns(conform_dataframe(df, nschema), current.fields, nschema, prefix=PART_PREFIX)
+    keyed = keyed.select(
+        *[F.col(f"`{n}`") for n in nschema.arrow.names],
+        *[F.col(part_column(fid)).cast(from_arrow_type(t)).alias(part_column(fid)) for fid, t in writer.part_fields],
+    )
+    names = [part_column(fid) for fid, _ in writer.part_fields]
+    if cluster and names:
+        keyed = keyed.repartition(*names).sortWithinPartitions(*names)
 
     def write_fragments(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return writer(batches)
