@@ -29,6 +29,7 @@ from partitioning.errors import (
     NamespaceNotFound,
     SpecError,
 )
+from partitioning.filters import Filter, parse_filter
 from partitioning.manifest import (
     SCHEMA_KEY,
     SPEC_KEY_PREFIX,
@@ -38,6 +39,7 @@ from partitioning.manifest import (
     partition_column,
 )
 from partitioning.orphans import Orphan, find_orphans
+from partitioning.scan import ScanPlan, plan_tables
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionSpec, parse_partition_by
 
@@ -160,6 +162,7 @@ class _State:
     tables: list[PartitionTable] = field(default_factory=list)
     by_key: dict[tuple[int, PartitionKey], PartitionTable] = field(default_factory=dict)
     rows_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
+    manifest: pa.Table | None = None
 
 
 class PartitionedNamespace:
@@ -430,6 +433,18 @@ class PartitionedNamespace:
         value = format_partition_value(row.get(partition_column(level_field.field_id)))
         return {} if value is None else {f"partition.{level_field.field_id}": value}
 
+    def plan_scan(self, filter_sql: str | Filter | None = None) -> ScanPlan:
+        """The partition tables a filter must read (SPEC-NOTES 14), each at its recorded version.
+
+        ``filter_sql`` is SQL (``=, !=, <, <=, >, >=, IN, BETWEEN, IS [NOT] NULL, LIKE 'p%',
+        NOT, AND, OR`` with ``DATE '...'`` / ``TIMESTAMP '...'`` literals) or a parsed filter.
+        """
+        f = filter_sql if filter_sql is not None and not isinstance(filter_sql, str) else parse_filter(filter_sql)
+        assert self._state.manifest is not None
+        return plan_tables(
+            self.root, self._state.manifest, self._state.specs, self._state.schema, f, self.manifest_version
+        )
+
     def orphans(self) -> list[Orphan]:
         """Files and dataset versions left by failed or retried writes (see :mod:`partitioning.orphans`)."""
         return find_orphans(self.root, self.storage_options)
@@ -505,7 +520,8 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
             f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
             "mutating call? see SPEC-NOTES 6)"
         )
-    rows = ManifestStore.rows_of(ds).to_pylist()
+    manifest = ManifestStore.rows_of(ds)
+    rows = manifest.to_pylist()
     tables = []
     for row in rows:
         spec_id = _spec_id_of(row["object_id"])
@@ -534,6 +550,7 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
         tables=tables,
         by_key={(p.spec_id, p.key): p for p in tables},
         rows_by_id={r["object_id"]: r for r in rows},
+        manifest=manifest,
     )
 
 

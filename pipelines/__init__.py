@@ -2,6 +2,7 @@
 
 from partitioning.write import CommitResult
 from pipelines.datasource import LancePartitionedDataSource, register_data_source
+from pipelines.read import read_partitioned
 from pipelines.schema import namespace_schema_from_spark, spark_schema
 from pipelines.session import build_session
 from pipelines.transforms import partition_value, with_partition_columns
@@ -13,6 +14,7 @@ __all__ = [
     "build_session",
     "namespace_schema_from_spark",
     "partition_value",
+    "read_partitioned",
     "register_data_source",
     "spark_schema",
     "with_partition_columns",

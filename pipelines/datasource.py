@@ -1,5 +1,14 @@
-"""The ``lance_partitioned`` Python Data Source (writes; reads arrive with issue #4).
+"""The ``lance_partitioned`` Python Data Source: reads with manifest pruning, and writes.
 
+Reads: ``spark.read.format("lance_partitioned").load(root)`` (options ``versionAsOf``
+for an older ``__manifest`` version, ``columns`` to read a subset, ``filter`` for a
+SQL filter used for pruning and in the scans, ``rows_per_split`` for how many rows of
+one large table a task reads). ``pushFilters`` prunes partition tables
+through ``__manifest`` and pushes the filters into each Lance scan; ``partitions()``
+returns one :class:`LanceInputPartition` per table (per fragment group for large
+tables when there are few tables), each at the table's ``read_version``.
+
+Writes:
 ``df.write.format("lance_partitioned").mode("append" | "overwrite").option(...).save(root)``
 goes through the same protocol as :func:`pipelines.write.write_partitioned`:
 tasks write fragments and return commit messages, and ``commit`` makes the dataset
@@ -36,13 +45,15 @@ from partitioning.write import (
     commit_write,
     conform_table,
 )
+from pipelines.read import LancePartitionedReader, read_schema
 from pipelines.schema import namespace_schema_from_spark
 
 __all__ = ["LancePartitionedDataSource", "register_data_source"]
 
 
 def register_data_source(spark: SparkSession) -> None:
-    """Make ``format("lance_partitioned")`` available in this session."""
+    """Make ``format("lance_partitioned")`` available in this session (with filter pushdown on)."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(LancePartitionedDataSource)
 
 
@@ -67,6 +78,20 @@ class LancePartitionedDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "lance_partitioned"
+
+    def _namespace(self) -> PartitionedNamespace:
+        root = self.options.get("path")
+        if not root:
+            raise SpecError("load(path) is required: the namespace root")
+        version = self.options.get("versionAsOf", self.options.get("versionasof"))
+        return PartitionedNamespace.load(root, manifest_version=int(version) if version is not None else None)
+
+    def schema(self) -> StructType:
+        return read_schema(self._namespace().namespace_schema, self.options.get("columns"))
+
+    def reader(self, schema: StructType) -> LancePartitionedReader:
+        ns = self._namespace()
+        return LancePartitionedReader(ns, schema, dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> LancePartitionedWriter:
         return LancePartitionedWriter(dict(self.options), schema, overwrite)
