@@ -27,6 +27,8 @@ java:
 
 run: $(STAMP)
 	$(SUBMIT) jobs/demo.py --root warehouse/events
+	$(SUBMIT) jobs/query.py --root warehouse/events --columns event_id ts country amount --show 5 \
+		--filter "country = 'US' AND ts >= TIMESTAMP '2025-12-11T00:00:00Z' AND ts < TIMESTAMP '2025-12-12T00:00:00Z'"
 
 test: $(STAMP)
 	$(PY) -m pytest -q
