@@ -16,7 +16,8 @@ import re
 import secrets
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import lance
@@ -154,15 +155,49 @@ class LocationPlanner:
 
 @dataclass
 class _State:
+    """One ``__manifest`` version. Python-level views of its rows are built on first use,
+    so planning a scan (which works on the Arrow table) never pays for them."""
+
+    root: str
     version: int
     metadata: dict[str, str]
     schema: NamespaceSchema
     specs: dict[int, PartitionSpec]
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    tables: list[PartitionTable] = field(default_factory=list)
-    by_key: dict[tuple[int, PartitionKey], PartitionTable] = field(default_factory=dict)
-    rows_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
-    manifest: pa.Table | None = None
+    manifest: pa.Table
+
+    @cached_property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.manifest.to_pylist()
+
+    @cached_property
+    def rows_by_id(self) -> dict[str, dict[str, Any]]:
+        return {r["object_id"]: r for r in self.rows}
+
+    @cached_property
+    def tables(self) -> list[PartitionTable]:
+        out = []
+        for row in self.rows:
+            spec_id = _spec_id_of(row["object_id"])
+            if row["object_type"] != "table" or spec_id not in self.specs:
+                continue
+            values = {f.field_id: row.get(partition_column(f.field_id)) for f in self.specs[spec_id].fields}
+            out.append(
+                PartitionTable(
+                    object_id=row["object_id"],
+                    location=row["location"],
+                    uri=join_uri(self.root, row["location"]),
+                    spec_id=spec_id,
+                    values=values,
+                    read_version=row.get("read_version"),
+                    read_branch=row.get("read_branch"),
+                    read_tag=row.get("read_tag"),
+                )
+            )
+        return sorted(out, key=lambda p: p.object_id)
+
+    @cached_property
+    def by_key(self) -> dict[tuple[int, PartitionKey], PartitionTable]:
+        return {(p.spec_id, p.key): p for p in self.tables}
 
 
 class PartitionedNamespace:
@@ -440,7 +475,6 @@ class PartitionedNamespace:
         NOT, AND, OR`` with ``DATE '...'`` / ``TIMESTAMP '...'`` literals) or a parsed filter.
         """
         f = filter_sql if filter_sql is not None and not isinstance(filter_sql, str) else parse_filter(filter_sql)
-        assert self._state.manifest is not None
         return plan_tables(
             self.root, self._state.manifest, self._state.specs, self._state.schema, f, self.manifest_version
         )
@@ -520,37 +554,13 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
             f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
             "mutating call? see SPEC-NOTES 6)"
         )
-    manifest = ManifestStore.rows_of(ds)
-    rows = manifest.to_pylist()
-    tables = []
-    for row in rows:
-        spec_id = _spec_id_of(row["object_id"])
-        if row["object_type"] != "table" or spec_id not in specs:
-            continue
-        values = {f.field_id: row.get(partition_column(f.field_id)) for f in specs[spec_id].fields}
-        tables.append(
-            PartitionTable(
-                object_id=row["object_id"],
-                location=row["location"],
-                uri=join_uri(root, row["location"]),
-                spec_id=spec_id,
-                values=values,
-                read_version=row.get("read_version"),
-                read_branch=row.get("read_branch"),
-                read_tag=row.get("read_tag"),
-            )
-        )
-    tables.sort(key=lambda p: p.object_id)
     return _State(
+        root=root,
         version=ds.version,
         metadata=metadata,
         schema=schema,
         specs=specs,
-        rows=rows,
-        tables=tables,
-        by_key={(p.spec_id, p.key): p for p in tables},
-        rows_by_id={r["object_id"]: r for r in rows},
-        manifest=manifest,
+        manifest=ManifestStore.rows_of(ds),
     )
 
 

@@ -586,14 +586,15 @@ def _literal(draw: st.DrawFn, col: str, rows: Sequence[Mapping[str, Any]]) -> An
 @st.composite
 def leaf_filters(draw: st.DrawFn, rows: Sequence[Mapping[str, Any]]) -> Filter:
     col = draw(st.sampled_from(["i", "s", "d", "ts"]))
-    kinds = ["cmp", "cmp", "cmp", "in", "isnull", "notnull"] + (["like"] * 2 if col == "s" else [])
+    kinds = ["cmp", "cmp", "cmp", "in", "notin", "isnull", "notnull"] + (["like"] * 2 if col == "s" else [])
     kind = draw(st.sampled_from(kinds))
     if kind == "cmp":
         op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "<=>"]))
         return Cmp(col, op, _literal(draw, col, rows))
-    if kind == "in":
+    if kind in ("in", "notin"):
         n = draw(st.integers(1, 3))
-        return In(col, tuple(_literal(draw, col, rows) for _ in range(n)))
+        values = In(col, tuple(_literal(draw, col, rows) for _ in range(n)))
+        return values if kind == "in" else Not(values)
     if kind == "isnull":
         return IsNull(col)
     if kind == "notnull":
