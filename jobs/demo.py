@@ -16,7 +16,8 @@ import argparse
 import sys
 import time
 
-from partitioning import PartitionedNamespace, PartitioningError
+from jobs._cli import run
+from partitioning import PartitionedNamespace
 from pipelines.sample import sample_events
 from pipelines.session import build_session
 from pipelines.write import write_partitioned
@@ -37,7 +38,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spark = build_session("lance_partitioned: demo")
-    try:
+
+    def body() -> None:
         events = sample_events(spark, args.rows, days=args.days, countries=args.countries)
         started = time.perf_counter()
         result = write_partitioned(events, args.root, mode="overwrite", partition_by=args.partition_by)
@@ -52,10 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             values = ", ".join(f"{k}={v}" for k, v in p.values.items())
             print(f"  {values:50s} {count:>8,}")
         print(f"  {'total':50s} {total:>8,}")
-    except PartitioningError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run(body)
 
 
 if __name__ == "__main__":

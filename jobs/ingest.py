@@ -18,7 +18,7 @@ import argparse
 import sys
 import time
 
-from partitioning import PartitioningError
+from jobs._cli import EXIT_BAD_INPUT, run
 from partitioning.write import WRITE_MODES
 from pipelines.session import build_session
 from pipelines.write import write_partitioned
@@ -48,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         key, sep, value = item.partition("=")
         if not sep:
             print(f"error: --read-option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         options[key] = value
     spark = build_session("lance_partitioned: ingest")
-    try:
+
+    def body() -> None:
         started = time.perf_counter()
         reader = spark.read.format(args.format).options(**options)
         if args.schema:
@@ -74,14 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"ingest: {result.rows_written:,} rows, {result.partitions_touched} partitions touched "
                 f"({result.partitions_created} new), __manifest v{result.manifest_version}, {seconds:.1f} s"
             )
-    except PartitioningError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # AnalysisException for missing input paths and the like
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: {first}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run(body)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from partitioning import PartitionedNamespace, PartitioningError
+from jobs._cli import run
+from partitioning import PartitionedNamespace
 from pipelines.read import read_partitioned
 from pipelines.session import build_session
 
@@ -37,7 +38,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spark = build_session("lance_partitioned: query")
-    try:
+
+    def body() -> None:
         ns = PartitionedNamespace.load(args.root, manifest_version=args.version)
         plan = ns.plan_scan(args.filter)
         print(plan.summary)
@@ -50,14 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"query: wrote {args.output_format} to {args.output}")
         else:
             df.show(args.show, truncate=False)
-    except PartitioningError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # Spark AnalysisException for a filter naming an unknown column, etc.
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: {first}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run(body)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from jobs import demo, ingest
+from jobs import demo, ingest, query
 from partitioning import PartitionedNamespace
 
 pytestmark = pytest.mark.slow
@@ -77,3 +77,29 @@ def test_demo_writes_and_counts_back(tmp_path, capsys):
     assert f"{root}: 3,000 rows into 4 partitions (4 new, 4 fragments), mode=overwrite" in out
     assert out.rstrip().endswith("3,000")
     assert _rows(PartitionedNamespace.load(root)) == 3000
+
+
+def test_query_prints_the_pruning_summary_and_writes_the_rows(spark, tmp_path, inputs, capsys):
+    root = str(tmp_path / "ns")
+    args = ["--root", root, "--input", inputs["parquet"], "--format", "parquet", "--partition-by", "country"]
+    assert ingest.main(args) == 0
+    out = str(tmp_path / "us.parquet")
+    assert query.main(["--root", root, "--filter", "country = 'US'", "--columns", "event_id", "--output", out]) == 0
+    printed = capsys.readouterr().out
+    assert "lance_partitioned: scanning 1 of 2 partition tables (spec v1: 1/2) at __manifest v3" in printed
+    rows = spark.read.parquet(out)
+    assert rows.columns == ["event_id"]
+    assert sorted(r.event_id for r in rows.collect()) == list(range(0, 60, 2))
+
+
+def test_query_bad_filter_is_one_line_and_exit_2(tmp_path, inputs, capsys):
+    root = str(tmp_path / "ns")
+    assert (
+        ingest.main(["--root", root, "--input", inputs["parquet"], "--format", "parquet", "--partition-by", "country"])
+        == 0
+    )
+    capsys.readouterr()
+    assert query.main(["--root", root, "--filter", "country = = 'US'"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: filter \"country = = 'US'\": expected a literal")
+    assert "\n" not in err

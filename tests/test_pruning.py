@@ -383,7 +383,10 @@ def test_time_exclusive_upper_bound_mid_day_keeps_its_own_day(ymd_ns: Partitione
 def test_time_tuple_range_across_a_year_boundary(tmp_path: Path) -> None:
     days = [ts(2024, 12, 30, 12), ts(2024, 12, 31, 23), ts(2025, 1, 1, 1), ts(2025, 1, 2), ts(2025, 2, 1)]
     ns = make_ns(
-        tmp_path / "ny", TS_SCHEMA, ["year(ts)", "month(ts)", "day(ts)"], [{"id": i, "ts": t} for i, t in enumerate(days)]
+        tmp_path / "ny",
+        TS_SCHEMA,
+        ["year(ts)", "month(ts)", "day(ts)"],
+        [{"id": i, "ts": t} for i, t in enumerate(days)],
     )
     f = "ts >= TIMESTAMP '2024-12-31T12:00:00Z' AND ts <= TIMESTAMP '2025-01-01T05:00:00Z'"
     assert scanned(ns, f) == [(2024, 12, 31), (2025, 1, 1)]
@@ -400,7 +403,9 @@ def test_day_alone_cannot_prune_a_range(tmp_path: Path) -> None:
 def test_date_source_with_time_transforms(tmp_path: Path) -> None:
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("d", pa.date32())])
     dates = [D(1969, 12, 31), D(1970, 1, 1), D(2025, 12, 9), D(2025, 12, 10), D(2025, 12, 11)]
-    ns = make_ns(tmp_path / "d", schema, ["year(d)", "month(d)", "day(d)"], [{"id": i, "d": d} for i, d in enumerate(dates)])
+    ns = make_ns(
+        tmp_path / "d", schema, ["year(d)", "month(d)", "day(d)"], [{"id": i, "d": d} for i, d in enumerate(dates)]
+    )
     assert scanned(ns, "d = DATE '2025-12-10'") == [(2025, 12, 10)]
     assert scanned(ns, "d < DATE '1970-01-01'") == [(1969, 12, 31)]
     assert scanned(ns, "d >= DATE '2025-12-10' AND d < DATE '2025-12-11'") == [(2025, 12, 10)]
@@ -505,7 +510,9 @@ def test_truncate_string(tmp_path: Path) -> None:
 
 def test_expression_field_equality_prunes(tmp_path: Path) -> None:
     nschema = NamespaceSchema.from_arrow(NUMS)
-    spec = PartitionSpec(1, [PartitionField("n_mod", [nschema.id_of("n")], expression="col0 % 10", result_type="int64")])
+    spec = PartitionSpec(
+        1, [PartitionField("n_mod", [nschema.id_of("n")], expression="col0 % 10", result_type="int64")]
+    )
     values = list(range(-15, 16))
     ns = make_ns(tmp_path / "expr", nschema.arrow, spec, [{"n": n, "s": "x"} for n in values])
     # DataFusion's % truncates toward zero: -13 % 10 = -3
