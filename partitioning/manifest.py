@@ -103,6 +103,17 @@ class ManifestStore:
             return ds.to_table(columns=columns, filter=filter)
 
     # -- writes ----------------------------------------------------------------------------
+    def add_partition_columns(self, columns: Mapping[str, pa.DataType]) -> None:
+        """Add nullable ``partition_field_*`` columns (all NULL; no data is rewritten)."""
+        if columns:
+            with translate_lance_errors(f"add columns to {self.uri}"):
+                self.dataset().add_columns([pa.field(partition_column(f), t) for f, t in columns.items()])
+
+    def update_metadata(self, properties: Mapping[str, str]) -> None:
+        """Set root properties (``__manifest`` table metadata), keeping the others."""
+        with translate_lance_errors(f"update properties of {self.uri}"):
+            self.dataset().update_metadata(dict(properties))
+
     def merge_rows(self, ds: lance.LanceDataset, rows: pa.Table, *, delete_other_partitions: bool = False) -> None:
         """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version.
 

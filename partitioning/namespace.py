@@ -42,7 +42,7 @@ from partitioning.manifest import (
 from partitioning.orphans import Orphan, find_orphans
 from partitioning.scan import ScanPlan, plan_tables
 from partitioning.schema import NamespaceSchema
-from partitioning.spec import PartitionSpec, parse_partition_by
+from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
 
 __all__ = ["PartitionTable", "PartitionedNamespace", "TableCommit"]
 
@@ -336,6 +336,68 @@ class PartitionedNamespace:
             raise InvalidInput(
                 f"no partition spec v{spec_id}; specs are {', '.join(f'v{i}' for i in sorted(self._state.specs))}"
             ) from None
+
+    # -- partition spec evolution ---------------------------------------------------------------
+    def evolve_partition_spec(
+        self, fields: PartitionSpec | str | Mapping[str, Any] | Sequence[str | PartitionField]
+    ) -> PartitionSpec:
+        """Add spec version N+1 (``partition_spec_v<N+1>`` and the ``v<N+1>`` row); returns it.
+
+        ``fields`` are partition expressions (``["year(event_date)", "country"]``),
+        PartitionField objects, or a whole spec (its id is replaced). A field with the
+        same source ids and transform/expression as any existing field reuses that
+        field's id (the spec's reuse rule); an existing id with a different signature is
+        an error. New writes use the new spec; existing partitions stay where they are.
+        """
+        self.refresh()
+        schema = self.namespace_schema
+        new_id = max(self._state.specs) + 1
+        if isinstance(fields, PartitionSpec | str | Mapping):
+            requested = list(PartitionSpec.coerce(fields).fields)
+        else:
+            texts = [f for f in fields if isinstance(f, str)]
+            parsed = iter(parse_partition_by(texts, schema, spec_id=new_id).fields) if texts else iter(())
+            requested = [next(parsed) if isinstance(f, str) else f for f in fields]
+        known = {f.field_id: f for spec in self._state.specs.values() for f in spec.fields}
+        by_signature = {f.signature: f for f in known.values()}
+        resolved = []
+        for f in requested:
+            same = by_signature.get(f.signature)
+            if same is not None:
+                resolved.append(same)
+                continue
+            clash = known.get(f.field_id)
+            if clash is not None:
+                raise SpecError(
+                    f"field_id {f.field_id!r} already means {clash} in an earlier spec; a field with a different "
+                    f"source or transform needs a new id (e.g. '{f.field_id}_v{new_id}' via 'AS')"
+                )
+            resolved.append(f)
+        spec = PartitionSpec(new_id, resolved)
+        spec.validate(schema)
+        ds = self._store.dataset(self._state.version)
+        new_columns = {}
+        for f in spec.fields:
+            column = partition_column(f.field_id)
+            rtype = f.arrow_result_type(schema)
+            if column in ds.schema.names:
+                if ds.schema.field(column).type != rtype:
+                    raise SpecError(
+                        f"partition field {f.field_id!r} returns {rtype}, but __manifest column {column} is "
+                        f"{ds.schema.field(column).type}"
+                    )
+            else:
+                new_columns[f.field_id] = rtype
+        self._store.add_partition_columns(new_columns)
+        self.refresh()
+        row = dict.fromkeys(self._store.dataset(self._state.version).schema.names)
+        row.update(object_id=f"v{new_id}", object_type="namespace", metadata="{}")
+        rows = [row, *self._lock_rows(self._state.specs, None)]
+        mschema = self._store.dataset(self._state.version).schema
+        self._store.merge_rows(self._store.dataset(self._state.version), pa.Table.from_pylist(rows, schema=mschema))
+        self._store.update_metadata({f"{SPEC_KEY_PREFIX}{new_id}": spec.to_json()})
+        self.refresh()
+        return spec
 
     # -- commit -------------------------------------------------------------------------------
     def commit_tables(self, commits: Iterable[TableCommit], *, max_retries: int = DEFAULT_COMMIT_RETRIES) -> int:

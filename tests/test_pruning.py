@@ -612,16 +612,16 @@ def leaf_filters(draw: st.DrawFn, rows: Sequence[Mapping[str, Any]]) -> Filter:
     return Like("s", like_kind, text[:cut] if like_kind == "starts" else text[cut:])
 
 
-def filters_for(rows: Sequence[Mapping[str, Any]]) -> st.SearchStrategy[Filter]:
-    return st.recursive(
-        leaf_filters(rows),
-        lambda children: st.one_of(
-            children.map(Not),
-            st.tuples(children, children).map(And),
-            st.tuples(children, children).map(Or),
-        ),
-        max_leaves=4,
-    )
+@st.composite
+def filters_for(draw: st.DrawFn, rows: Sequence[Mapping[str, Any]], depth: int = 2) -> Filter:
+    """A random filter tree over the generated rows' columns: leaves, NOT, AND, OR."""
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        return draw(leaf_filters(rows))
+    kind = draw(st.sampled_from(["not", "and", "or"]))
+    if kind == "not":
+        return Not(draw(filters_for(rows, depth - 1)))
+    children = (draw(filters_for(rows, depth - 1)), draw(filters_for(rows, depth - 1)))
+    return And(children) if kind == "and" else Or(children)
 
 
 def sql_eval(f: Filter, row: Mapping[str, Any]) -> bool | None:
