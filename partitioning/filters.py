@@ -393,8 +393,11 @@ def to_arrow_expression(f: Filter) -> Any:
         ops = {"=": col.__eq__, "!=": col.__ne__, "<": col.__lt__, "<=": col.__le__, ">": col.__gt__, ">=": col.__ge__}
         return ops[f.op](pc.scalar(f.value))
     if isinstance(f, In):
+        col = pc.field(f.column)
         values = [v for v in f.values if v is not None]
-        return pc.is_in(pc.field(f.column), value_set=pa.array(values)) if values else pc.scalar(False)
+        found = pc.is_in(col, value_set=pa.array(values)) if values else pc.scalar(False)
+        # SQL: NULL IN (...) is NULL, so that NOT IN does not match NULL either
+        return pc.if_else(col.is_null(), pa.scalar(None, pa.bool_()), found)
     if isinstance(f, IsNull):
         return pc.field(f.column).is_null()
     if isinstance(f, Like):

@@ -181,6 +181,8 @@ class _Compiler:
         if isinstance(f, Not):
             if isinstance(f.child, IsNull):
                 return self._null(f.child.column, is_null=False)
+            if isinstance(f.child, Cmp) and f.child.op == "<=>":
+                return self._not_null_safe_equal(f.child)
             return self._negated(f.child)
         return None
 
@@ -200,10 +202,9 @@ class _Compiler:
             elif f.op in ("<", "<=", ">", ">=") and isinstance(t, IdentityTransform):
                 conds.append(_not_null(_compare(col, f.op, _lit(v, rt))))
             elif f.op in ("<", "<=", ">", ">=") and isinstance(t, TruncateTransform):
-                if f.op in (">", ">="):
-                    conds.append(_not_null(col >= _lit(t.apply_scalar([v], [src.type]), rt)))
-                else:
-                    conds.append(_not_null(_compare(col, "<" if f.op == "<" else "<=", _lit(v, rt))))
+                # truncate is monotone (toward zero for numbers, a prefix for strings)
+                bound = _lit(t.apply_scalar([v], [src.type]), rt)
+                conds.append(_not_null(col >= bound if f.op in (">", ">=") else col <= bound))
         if f.op in ("<", "<=", ">", ">="):
             time = self._time_range(fields, f.op, v, src.type)
             if time is not None:
@@ -223,8 +224,17 @@ class _Compiler:
         values = [pf.transform.apply_scalar([v], [t]) for pf in leading]  # type: ignore[union-attr]
         columns = [self._col(pf) for pf in leading]
         types = [pa.int32()] * len(leading)
-        if op == "<" and _starts_period(v, len(leading)):
-            return _tuple_cmp(columns, values, types, "<")
+        # The literal's own period can hold matches on either side of it, so strict bounds
+        # keep it, except where the period cannot hold a value beyond the literal.
+        whole_value = isinstance(v, dt.date) and not isinstance(v, dt.datetime) and len(leading) >= 3
+        if op == ">" and whole_value:
+            op = ">"  # a date's (year, month, day) period holds that date only
+        elif op in (">", ">="):
+            op = ">="
+        elif op == "<" and _starts_period(v, len(leading)):
+            op = "<"
+        else:
+            op = "<="
         return _tuple_cmp(columns, values, types, op)
 
     def _in(self, f: In) -> Expr | None:
@@ -261,6 +271,17 @@ class _Compiler:
                 else:
                     conds.append(_not_null(pc.starts_with(col, pattern=f.text)))
         return _and(conds) if conds else None
+
+    def _not_null_safe_equal(self, f: Cmp) -> Expr | None:
+        """``NOT (c <=> v)`` is TRUE for NULL ``c``: identity partitions other than ``v``, NULL included."""
+        if f.value is None:
+            return self._null(f.column, is_null=False)
+        src, fields = self._fields_of(f.column)
+        ident = [pf for pf in fields if isinstance(pf.transform, IdentityTransform)]
+        if src is None or not ident:
+            return None
+        v = coerce_literal(f.value, src.type)
+        return _and([pc.coalesce(self._col(pf) != _lit(v, self._rtype(pf)), pa.scalar(True)) for pf in ident])
 
     def _negated(self, child: Filter) -> Expr | None:
         """NOT IN / NOT LIKE on identity fields; anything else keeps every partition."""

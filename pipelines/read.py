@@ -172,8 +172,16 @@ class LancePartitionedReader(DataSourceReader):
             else:
                 yield f
 
+    def _namespace(self) -> PartitionedNamespace:
+        """The planning namespace; reloaded at the same manifest version if this reader was pickled."""
+        ns = self.__dict__.get("_ns")
+        if ns is None:
+            ns = PartitionedNamespace.load(self.root, self.storage_options, manifest_version=self.manifest_version)
+            self._ns = ns
+        return ns
+
     def partitions(self) -> list[LanceInputPartition]:
-        plan = self._ns.plan_scan(conjunction(self.filters))
+        plan = self._namespace().plan_scan(conjunction(self.filters))
         log.warning(plan.summary)
         tasks = list(plan)
         if not tasks or len(tasks) >= SPLIT_TABLES_BELOW:

@@ -189,6 +189,15 @@ def test_to_sql_round_trips_through_the_parser() -> None:
     assert to_sql(Like("s", "starts", "50%_x")) == "(s LIKE '50\\%\\_x%')"
 
 
+def test_to_arrow_expression_not_in_with_null_is_not_a_match() -> None:
+    """NULL NOT IN (1) is NULL in SQL, so the NULL row must not match (Spark drops it too)."""
+    table = pa.table({"i": pa.array([1, None, 3], pa.int64())})
+    assert table.filter(to_arrow_expression(In("i", (1,)))).column("i").to_pylist() == [1]
+    assert table.filter(to_arrow_expression(Not(In("i", (1,))))).column("i").to_pylist() == [3]
+    # NOT (i <=> 1) is TRUE for NULL
+    assert table.filter(to_arrow_expression(Not(Cmp("i", "<=>", 1)))).column("i").to_pylist() == [None, 3]
+
+
 # -- helpers for effectiveness tests ------------------------------------------------------------
 
 
@@ -674,6 +683,7 @@ def matching(f: Filter, rows: Iterable[Mapping[str, Any]]) -> set[int]:
     return {r["rid"] for r in rows if sql_eval(f, r) is True}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40,
     deadline=None,
@@ -706,6 +716,7 @@ def test_pruning_is_sound(rows: list[dict[str, Any]], data: st.DataObject) -> No
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, database=None, derandomize=True)
 @given(rows=row_lists(), data=st.data())
 def test_to_arrow_expression_has_sql_semantics(rows: list[dict[str, Any]], data: st.DataObject) -> None:
