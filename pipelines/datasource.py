@@ -3,7 +3,8 @@
 Reads: ``spark.read.format("lance_partitioned").load(root)`` (options ``versionAsOf``
 for an older ``__manifest`` version, ``columns`` to read a subset, ``filter`` for a
 SQL filter used for pruning and in the scans, ``rows_per_split`` for how many rows of
-one large table a task reads). ``pushFilters`` prunes partition tables
+one large table a task reads, ``max_partitions`` for how many tasks share many small
+tables). ``pushFilters`` prunes partition tables
 through ``__manifest`` and pushes the filters into each Lance scan; ``partitions()``
 returns one :class:`LanceInputPartition` per table (per fragment group for large
 tables when there are few tables), each at the table's ``read_version``.

@@ -44,11 +44,12 @@ from partitioning.scan import ScanTask
 from partitioning.schema import NamespaceSchema, field_id_of
 from pipelines.schema import spark_schema
 
-__all__ = ["LanceInputPartition", "LancePartitionedReader", "read_partitioned", "read_schema"]
+__all__ = ["LanceInputPartition", "LancePartitionedReader", "TableSlice", "read_partitioned", "read_schema"]
 
 log = logging.getLogger("lance_partitioned")
 SPLIT_TABLES_BELOW = 64
 TARGET_ROWS_PER_SPLIT = 1_000_000
+MAX_PARTITIONS = 32
 _CMP = {
     ds.EqualTo: "=",
     ds.EqualNullSafe: "<=>",
@@ -107,7 +108,7 @@ def _exact_in_lance(f: Filter, schema: NamespaceSchema) -> bool:
 
 
 @dataclass(frozen=True)
-class LanceInputPartition(InputPartition):
+class TableSlice:
     """One partition table (or a group of its fragments) at a fixed version. Picklable."""
 
     object_id: str
@@ -117,14 +118,20 @@ class LanceInputPartition(InputPartition):
     read_tag: str | None
     fragment_ids: tuple[int, ...] | None = None
 
-    def __init__(self, task: ScanTask, fragment_ids: tuple[int, ...] | None = None) -> None:
-        object.__setattr__(self, "value", task.object_id)
-        object.__setattr__(self, "object_id", task.object_id)
-        object.__setattr__(self, "uri", task.uri)
-        object.__setattr__(self, "read_version", task.read_version)
-        object.__setattr__(self, "read_branch", task.read_branch)
-        object.__setattr__(self, "read_tag", task.read_tag)
-        object.__setattr__(self, "fragment_ids", fragment_ids)
+    @classmethod
+    def of(cls, task: ScanTask, fragment_ids: tuple[int, ...] | None = None) -> TableSlice:
+        return cls(task.object_id, task.uri, task.read_version, task.read_branch, task.read_tag, fragment_ids)
+
+
+@dataclass(frozen=True)
+class LanceInputPartition(InputPartition):
+    """The table slices one Spark task reads, in order."""
+
+    slices: tuple[TableSlice, ...]
+
+    def __init__(self, slices: tuple[TableSlice, ...]) -> None:
+        object.__setattr__(self, "value", slices[0].object_id if slices else None)
+        object.__setattr__(self, "slices", slices)
 
 
 def open_version(
@@ -153,6 +160,7 @@ class LancePartitionedReader(DataSourceReader):
         self.filters: list[Filter] = [] if isinstance(extra, TrueFilter) else [extra]
         self.lance_filters = [f for f in self.filters if _exact_in_lance(f, self.namespace_schema)]
         self.rows_per_split = int(options.get("rows_per_split", TARGET_ROWS_PER_SPLIT))
+        self.max_partitions = max(1, int(options.get("max_partitions", MAX_PARTITIONS)))
         self._ns = ns
 
     def __getstate__(self) -> dict[str, Any]:
@@ -184,12 +192,17 @@ class LancePartitionedReader(DataSourceReader):
         plan = self._namespace().plan_scan(conjunction(self.filters))
         log.warning(plan.summary)
         tasks = list(plan)
-        if not tasks or len(tasks) >= SPLIT_TABLES_BELOW:
-            return [LanceInputPartition(t) for t in tasks] or [_EMPTY]
+        if not tasks:
+            return [_EMPTY]
+        if len(tasks) >= SPLIT_TABLES_BELOW:
+            # Many small tables: several per task, so per-task overhead does not dominate.
+            per_task = -(-len(tasks) // self.max_partitions)
+            slices = [TableSlice.of(t) for t in tasks]
+            return [LanceInputPartition(tuple(slices[i : i + per_task])) for i in range(0, len(slices), per_task)]
         with ThreadPoolExecutor(max_workers=8) as pool:
-            return [p for parts in pool.map(self._split, tasks) for p in parts]
+            return [LanceInputPartition((s,)) for parts in pool.map(self._split, tasks) for s in parts]
 
-    def _split(self, task: ScanTask) -> list[LanceInputPartition]:
+    def _split(self, task: ScanTask) -> list[TableSlice]:
         """Group a table's fragments so that one big table is read by several tasks."""
         dataset = open_version(task.uri, task.read_version, task.read_branch, task.read_tag, self.storage_options)
         groups: list[list[int]] = [[]]
@@ -202,16 +215,17 @@ class LancePartitionedReader(DataSourceReader):
             groups[-1].append(fragment.fragment_id)
             rows += count
         if len(groups) == 1:
-            return [LanceInputPartition(task)]
-        return [LanceInputPartition(task, tuple(g)) for g in groups]
+            return [TableSlice.of(task)]
+        return [TableSlice.of(task, tuple(g)) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LanceInputPartition):
             return
-        dataset = open_version(
-            partition.uri, partition.read_version, partition.read_branch, partition.read_tag, self.storage_options
-        )
-        yield from read_table(dataset, partition, self.namespace_schema, self.output, self.lance_filters)
+        for piece in partition.slices:
+            dataset = open_version(
+                piece.uri, piece.read_version, piece.read_branch, piece.read_tag, self.storage_options
+            )
+            yield from read_table(dataset, piece, self.namespace_schema, self.output, self.lance_filters)
 
 
 _EMPTY = InputPartition(None)
@@ -232,7 +246,7 @@ def _dataset_columns(dataset: lance.LanceDataset, schema: NamespaceSchema) -> di
 
 def read_table(
     dataset: lance.LanceDataset,
-    partition: LanceInputPartition,
+    partition: TableSlice,
     schema: NamespaceSchema,
     output: Sequence[str],
     filters: Sequence[Filter],

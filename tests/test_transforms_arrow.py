@@ -474,15 +474,25 @@ def test_parse_returns_the_right_classes_and_parameters():
 
 
 @pytest.mark.parametrize(
-    "text", ["bucket", "bucket[0]", "truncate[-1]", "nope", "year[3]", "", "bucket[x]", "truncate[0]"]
+    ("text", "needle"),
+    [
+        ("bucket", "'bucket' needs a parameter"),
+        ("bucket[0]", "num_buckets must be an integer >= 1, got 0"),
+        ("truncate[-1]", "width must be an integer >= 1, got -1"),
+        ("nope", "unknown transform 'nope'"),
+        ("year[3]", "'year' takes no parameter"),
+        ("", "cannot parse transform ''"),
+        ("bucket[x]", "cannot parse transform 'bucket[x]'"),
+        ("truncate[0]", "width must be an integer >= 1, got 0"),
+    ],
 )
-def test_parse_rejects_bad_strings(text):
+def test_parse_rejects_bad_strings(text, needle):
     with pytest.raises(SpecError) as info:
         parse_transform(text)
     assert isinstance(info.value, ValueError)
     message = str(info.value)
     assert "\n" not in message
-    assert message
+    assert needle in message
 
 
 @pytest.mark.parametrize(
