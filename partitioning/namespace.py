@@ -29,6 +29,7 @@ from partitioning.errors import (
     InvalidInput,
     NamespaceNotFound,
     SpecError,
+    translate_lance_errors,
 )
 from partitioning.filters import Filter, parse_filter
 from partitioning.manifest import (
@@ -390,11 +391,11 @@ class PartitionedNamespace:
                 new_columns[f.field_id] = rtype
         self._store.add_partition_columns(new_columns)
         self.refresh()
-        row = dict.fromkeys(self._store.dataset(self._state.version).schema.names)
+        base = self._store.dataset(self._state.version)
+        row = dict.fromkeys(base.schema.names)
         row.update(object_id=f"v{new_id}", object_type="namespace", metadata="{}")
         rows = [row, *self._lock_rows(self._state.specs, None)]
-        mschema = self._store.dataset(self._state.version).schema
-        self._store.merge_rows(self._store.dataset(self._state.version), pa.Table.from_pylist(rows, schema=mschema))
+        self._store.merge_rows(base, pa.Table.from_pylist(rows, schema=base.schema))
         self._store.update_metadata({f"{SPEC_KEY_PREFIX}{new_id}": spec.to_json()})
         self.refresh()
         return spec
@@ -435,11 +436,11 @@ class PartitionedNamespace:
             spec_ids = set(self._state.specs)
         else:
             spec_ids = {c.spec_id for c in commits} or {self.current_spec.spec_id}
-        rows = self._commit_rows(commits)
+        base = self._store.dataset(self._state.version)
+        rows = self._commit_rows(commits, base.schema.names)
         rows.extend(self._lock_rows(spec_ids, write_id))
-        mschema = self._store.dataset(self._state.version).schema
-        table = pa.Table.from_pylist(rows, schema=mschema)
-        self._store.merge_rows(self._store.dataset(self._state.version), table, delete_other_partitions=replace_all)
+        table = pa.Table.from_pylist(rows, schema=base.schema)
+        self._store.merge_rows(base, table, delete_other_partitions=replace_all)
         self.refresh()
         return self.manifest_version
 
@@ -462,8 +463,7 @@ class PartitionedNamespace:
             out.append(row)
         return out
 
-    def _commit_rows(self, commits: Sequence[TableCommit]) -> list[dict[str, Any]]:
-        names = self._store.dataset(self._state.version).schema.names
+    def _commit_rows(self, commits: Sequence[TableCommit], names: Sequence[str]) -> list[dict[str, Any]]:
         existing = self._state.rows_by_id
         out: dict[str, dict[str, Any]] = {}
         for c in commits:
@@ -560,16 +560,30 @@ class PartitionedNamespace:
 
     def open_table(self, table: PartitionTable) -> lance.LanceDataset:
         """Open a partition table at the version recorded in the manifest."""
-        from partitioning.errors import translate_lance_errors
+        return open_partition_table(
+            table.uri, table.read_version, table.read_branch, table.read_tag, self.storage_options
+        )
 
-        with translate_lance_errors(f"open partition table {table.object_id}"):
-            if table.read_tag is not None:
-                ds = lance.dataset(table.uri, storage_options=self.storage_options)
-                return ds.checkout_version(table.read_tag)
-            version: Any = table.read_version
-            if table.read_branch is not None:
-                version = (table.read_branch, table.read_version)
-            return lance.dataset(table.uri, version=version, storage_options=self.storage_options)
+
+def open_partition_table(
+    uri: str,
+    read_version: int | None,
+    read_branch: str | None,
+    read_tag: str | None,
+    storage_options: Mapping[str, str] | None = None,
+) -> lance.LanceDataset:
+    """A partition table at the version its ``read_*`` columns select (SPEC-NOTES 15).
+
+    A tag alone names the version; a branch with a version reads that branch; NULLs
+    mean the latest version on main.
+    """
+    version: Any = read_version
+    if read_tag is not None:
+        version = read_tag
+    elif read_branch is not None:
+        version = (read_branch, read_version)
+    with translate_lance_errors(f"open partition table {uri}"):
+        return lance.dataset(uri, version=version, storage_options=dict(storage_options) if storage_options else None)
 
 
 def _show(value: Any) -> str:

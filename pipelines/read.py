@@ -39,7 +39,7 @@ from partitioning.filters import (
     to_arrow_expression,
     to_sql,
 )
-from partitioning.namespace import PartitionedNamespace
+from partitioning.namespace import PartitionedNamespace, open_partition_table
 from partitioning.scan import ScanTask
 from partitioning.schema import NamespaceSchema, field_id_of
 from pipelines.schema import spark_schema
@@ -134,19 +134,6 @@ class LanceInputPartition(InputPartition):
         object.__setattr__(self, "slices", slices)
 
 
-def open_version(
-    uri: str, version: int | None, branch: str | None, tag: str | None, storage_options: Mapping[str, str] | None = None
-) -> lance.LanceDataset:
-    """A partition table at the version the spec's read_* columns select (NULLs mean latest main)."""
-    opts = dict(storage_options) if storage_options else None
-    with translate_lance_errors(f"open partition table {uri}"):
-        if tag is not None:
-            return lance.dataset(uri, version=tag, storage_options=opts)
-        if branch is not None:
-            return lance.dataset(uri, storage_options=opts).checkout_version((branch, version))
-        return lance.dataset(uri, version=version, storage_options=opts)
-
-
 class LancePartitionedReader(DataSourceReader):
     """Plans on the driver from one ``__manifest`` version; opens Lance datasets only in ``read``."""
 
@@ -204,7 +191,9 @@ class LancePartitionedReader(DataSourceReader):
 
     def _split(self, task: ScanTask) -> list[TableSlice]:
         """Group a table's fragments so that one big table is read by several tasks."""
-        dataset = open_version(task.uri, task.read_version, task.read_branch, task.read_tag, self.storage_options)
+        dataset = open_partition_table(
+            task.uri, task.read_version, task.read_branch, task.read_tag, self.storage_options
+        )
         groups: list[list[int]] = [[]]
         rows = 0
         for fragment in dataset.get_fragments():
@@ -222,7 +211,7 @@ class LancePartitionedReader(DataSourceReader):
         if not isinstance(partition, LanceInputPartition):
             return
         for piece in partition.slices:
-            dataset = open_version(
+            dataset = open_partition_table(
                 piece.uri, piece.read_version, piece.read_branch, piece.read_tag, self.storage_options
             )
             yield from read_table(dataset, piece, self.namespace_schema, self.output, self.lance_filters)
