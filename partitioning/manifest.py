@@ -109,10 +109,14 @@ class ManifestStore:
             with translate_lance_errors(f"add columns to {self.uri}"):
                 self.dataset().add_columns([pa.field(partition_column(f), t) for f, t in columns.items()])
 
-    def update_metadata(self, properties: Mapping[str, str]) -> None:
-        """Set root properties (``__manifest`` table metadata), keeping the others."""
+    def update_metadata(self, properties: Mapping[str, str], *, base: lance.LanceDataset | None = None) -> None:
+        """Set root properties (``__manifest`` table metadata), keeping the others.
+
+        With ``base``, a concurrent change of the same keys since that version raises
+        :class:`ConcurrentModification` instead of being overwritten.
+        """
         with translate_lance_errors(f"update properties of {self.uri}"):
-            self.dataset().update_metadata(dict(properties))
+            (base if base is not None else self.dataset()).update_metadata(dict(properties))
 
     def merge_rows(self, ds: lance.LanceDataset, rows: pa.Table, *, delete_other_partitions: bool = False) -> None:
         """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version.

@@ -15,10 +15,10 @@ import json
 import re
 import secrets
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeAlias
 
 import lance
 import pyarrow as pa
@@ -42,7 +42,7 @@ from partitioning.manifest import (
 )
 from partitioning.orphans import Orphan, find_orphans
 from partitioning.scan import ScanPlan, plan_tables
-from partitioning.schema import NamespaceSchema
+from partitioning.schema import NamespaceSchema, parse_type
 from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
 
 __all__ = ["PartitionTable", "PartitionedNamespace", "TableCommit"]
@@ -52,6 +52,7 @@ PartitionKey = tuple[Any, ...]
 _SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
 TABLE_NAME = "dataset"
 DEFAULT_COMMIT_RETRIES = 8
+ColumnsLike: TypeAlias = pa.Schema | pa.Field | Sequence[pa.Field] | Mapping[str, pa.DataType | str]
 WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
 WRITE_ID_HISTORY = 100
 
@@ -400,6 +401,86 @@ class PartitionedNamespace:
         self.refresh()
         return spec
 
+    # -- schema evolution ----------------------------------------------------------------------
+    def add_columns(self, columns: ColumnsLike) -> NamespaceSchema:
+        """Add nullable columns with fresh field ids; existing partitions read them as NULL."""
+        new = _coerce_columns(columns)
+        return self._evolve_schema(lambda s: s.with_columns(new))
+
+    def rename_column(self, old: str, new: str) -> NamespaceSchema:
+        """Rename a column. Its field id stays, so specs that use it need no change."""
+        return self._evolve_schema(lambda s: s.with_renamed(old, new))
+
+    def drop_column(self, name: str) -> NamespaceSchema:
+        """Drop a column; its id is never reused. A source of the current spec cannot go."""
+
+        def change(schema: NamespaceSchema) -> NamespaceSchema:
+            fid = schema.id_of(name)
+            spec = self.current_spec
+            for f in spec.fields:
+                if fid in f.source_ids:
+                    raise SpecError(
+                        f"cannot drop column {name!r} (field id {fid}): partition field {f.field_id!r} "
+                        f"({f}) of the current spec v{spec.spec_id} uses it; evolve the partition spec first"
+                    )
+            return schema.without(name)
+
+        return self._evolve_schema(change)
+
+    def widen_column(self, name: str, new_type: pa.DataType | str) -> NamespaceSchema:
+        """Promote a column's type (int32 -> int64, float32 -> float64, decimal precision up).
+
+        Old partitions are cast on read. A column that a bucket, truncate, identity or
+        expression field of any spec version derives values from cannot be widened:
+        its partition values (and so pruning) depend on the type.
+        """
+        target = parse_type(new_type) if isinstance(new_type, str) else new_type
+
+        def change(schema: NamespaceSchema) -> NamespaceSchema:
+            fid = schema.id_of(name)
+            for spec in self.specs.values():
+                for f in spec.fields:
+                    if fid in f.source_ids:
+                        raise SpecError(
+                            f"cannot widen column {name!r} (field id {fid}): partition field {f.field_id!r} "
+                            f"({f}) of spec v{spec.spec_id} derives its values from the column's type"
+                        )
+            return schema.with_widened(name, target)
+
+        return self._evolve_schema(change)
+
+    def _evolve_schema(
+        self, change: Callable[[NamespaceSchema], NamespaceSchema], *, max_retries: int = DEFAULT_COMMIT_RETRIES
+    ) -> NamespaceSchema:
+        """Apply ``change`` to the latest schema and store it with an optimistic check.
+
+        The ``schema`` property is set on the version ``change`` read, so a concurrent
+        schema change makes this one retry; then every ``v<N>`` row is rewritten so that
+        writes begun under the old schema conflict, re-read and refuse to commit.
+        """
+        last: ConcurrentModification | None = None
+        for _ in range(max_retries + 1):
+            self.refresh()
+            new = change(self.namespace_schema)
+            try:
+                read = self._store.dataset(self.manifest_version)
+                self._store.update_metadata({SCHEMA_KEY: new.to_json()}, base=read)
+            except ConcurrentModification as exc:
+                last = exc
+                continue
+            for _ in range(max_retries + 1):
+                self.refresh()
+                try:
+                    base = self._store.dataset(self.manifest_version)
+                    rows = self._lock_rows(self._state.specs, None)
+                    self._store.merge_rows(base, pa.Table.from_pylist(rows, schema=base.schema))
+                    break
+                except ConcurrentModification as exc:
+                    last = exc
+            self.refresh()
+            return self.namespace_schema
+        raise ConcurrentModification(f"schema change of {self.root} lost {max_retries + 1} races: {last}") from last
+
     # -- commit -------------------------------------------------------------------------------
     def commit_tables(self, commits: Iterable[TableCommit], *, max_retries: int = DEFAULT_COMMIT_RETRIES) -> int:
         """Record partition tables and their ``read_version`` in ONE ``__manifest`` commit.
@@ -645,3 +726,14 @@ def _write_ids(row: Mapping[str, Any] | None) -> list[str]:
         return []
     props = json.loads(row["metadata"])
     return list(json.loads(props.get(WRITE_IDS_PROPERTY, "[]")))
+
+
+def _coerce_columns(columns: ColumnsLike) -> list[pa.Field]:
+    """New columns as nullable Arrow fields; types may be spelled as strings."""
+    if isinstance(columns, pa.Field):
+        return [columns]
+    if isinstance(columns, pa.Schema):
+        return list(columns)
+    if isinstance(columns, Mapping):
+        return [pa.field(n, parse_type(t) if isinstance(t, str) else t) for n, t in columns.items()]
+    return list(columns)

@@ -8,7 +8,7 @@ kept in field metadata so that every type round-trips exactly.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,9 @@ TIMESTAMP_UNIT_KEY = "lance:timestamp_unit"
 TIMESTAMP_TZ_KEY = "lance:timestamp_tz"
 TIME_UNIT_KEY = "lance:time_unit"
 NEXT_FIELD_ID_KEY = "lance:next_field_id"
+# Lance consumes ``lance:field_id`` when it writes a dataset (pylance 14 drops the key), so
+# partition datasets carry the namespace id of each top-level column under this key.
+DATASET_FIELD_ID_KEY = "lance_partitioned:field_id"
 # Arrow rebuilds a map's "entries" field, so its id is parked on the map field in memory.
 MAP_ENTRIES_ID_KEY = "lance:map_entries_field_id"
 _UNIT_KEYS = (TIMESTAMP_UNIT_KEY, TIMESTAMP_TZ_KEY, TIME_UNIT_KEY)
@@ -338,8 +341,115 @@ class NamespaceSchema:
 
     @property
     def plain(self) -> pa.Schema:
-        """The Arrow schema without field-id metadata (what partition datasets store)."""
+        """The Arrow schema without field-id metadata."""
         return pa.schema([_strip(f) for f in self.arrow])
+
+    @property
+    def dataset_arrow(self) -> pa.Schema:
+        """What partition datasets are written with: plain types, each top-level column
+        tagged with its namespace id under :data:`DATASET_FIELD_ID_KEY`."""
+        fields = []
+        for f, plain in zip(self.arrow, self.plain, strict=True):
+            meta = dict(plain.metadata or {})
+            meta[DATASET_FIELD_ID_KEY.encode()] = str(field_id_of(f)).encode()
+            fields.append(plain.with_metadata(meta))
+        return pa.schema(fields)
+
+    # -- evolution (pure: each returns a new schema) ---------------------------------------
+    def with_columns(self, new: Sequence[pa.Field]) -> NamespaceSchema:
+        """Append nullable columns; they get fresh ids (nested children included)."""
+        if not new:
+            raise SchemaError("add_columns needs at least one column")
+        for f in new:
+            if f.name in self.arrow.names:
+                raise SchemaError(f"column {f.name!r} already exists; columns are: {', '.join(self.arrow.names)}")
+            if not f.nullable:
+                raise SchemaError(f"new column {f.name!r} must be nullable: existing partitions have no values for it")
+        fresh = [_strip(f) for f in new]
+        return NamespaceSchema.from_arrow(pa.schema([*self.arrow, *fresh]), next_field_id=self.next_field_id)
+
+    def with_renamed(self, old: str, new: str) -> NamespaceSchema:
+        """Rename a top-level column; its id (and every spec that uses it) is unchanged."""
+        f = self.field_by_name(old)
+        if not new:
+            raise SchemaError("column names must not be empty")
+        if new in self.arrow.names:
+            raise SchemaError(f"cannot rename {old!r} to {new!r}: column {new!r} already exists")
+        idx = self.arrow.get_field_index(old)
+        return NamespaceSchema(self.arrow.set(idx, f.with_name(new)), self.next_field_id)
+
+    def without(self, name: str) -> NamespaceSchema:
+        """Drop a top-level column; ``next_field_id`` keeps its id (and its children's) retired."""
+        self.field_by_name(name)
+        if len(self.arrow) == 1:
+            raise SchemaError(f"cannot drop {name!r}: it is the only column")
+        return NamespaceSchema(self.arrow.remove(self.arrow.get_field_index(name)), self.next_field_id)
+
+    def with_widened(self, name: str, new_type: pa.DataType) -> NamespaceSchema:
+        """Promote a top-level column's type (see :func:`check_widening`)."""
+        f = self.field_by_name(name)
+        check_widening(name, f.type, new_type)
+        idx = self.arrow.get_field_index(name)
+        return NamespaceSchema(self.arrow.set(idx, f.with_type(new_type)), self.next_field_id)
+
+
+_INT_ORDER = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+WIDENINGS = "int8/int16/int32 -> a wider signed int, float32 -> float64, decimal(p,s) -> decimal(p',s) with p' > p"
+
+
+def check_widening(name: str, old: pa.DataType, new: pa.DataType) -> None:
+    """Allow only promotions that every old value survives exactly."""
+    ok = False
+    if old in _INT_ORDER and new in _INT_ORDER:
+        ok = _INT_ORDER.index(new) > _INT_ORDER.index(old)
+    elif old == pa.float32():
+        ok = new == pa.float64()
+    elif pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        ok = new.scale == old.scale and new.precision > old.precision and new.bit_width >= old.bit_width
+    if not ok:
+        raise SchemaError(f"cannot widen column {name!r} from {old} to {new}; allowed: {WIDENINGS}")
+
+
+_TYPE_WORDS: dict[str, pa.DataType] = {
+    **_SIMPLE,
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "byte": pa.int8(),
+    "smallint": pa.int16(),
+    "short": pa.int16(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
+}
+
+
+def parse_type(text: str) -> pa.DataType:
+    """A column type from its name: pylance's (``int64``, ``utf8``) or Spark SQL's
+    (``bigint``, ``string``), or ``decimal(p,s)``."""
+    word = text.strip().lower().replace(" ", "")
+    if word in _TYPE_WORDS:
+        return _TYPE_WORDS[word]
+    for prefix in ("decimal128(", "decimal("):
+        if word.startswith(prefix) and word.endswith(")"):
+            try:
+                precision, scale = (int(x) for x in word[len(prefix) : -1].split(","))
+                return pa.decimal128(precision, scale)
+            except ValueError as exc:
+                raise SchemaError(f"bad decimal type {text!r}; expected decimal(precision,scale)") from exc
+    raise SchemaError(f"unknown type {text!r}; allowed: {', '.join(sorted(_TYPE_WORDS))}, decimal(p,s)")
+
+
+def dataset_field_id(f: pa.Field) -> int | None:
+    """The namespace id a partition dataset's column was written for, if recorded."""
+    raw = (f.metadata or {}).get(DATASET_FIELD_ID_KEY.encode())
+    return int(raw) if raw is not None else None
 
 
 def _strip(f: pa.Field) -> pa.Field:

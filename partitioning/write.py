@@ -21,19 +21,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
-from lance import LanceOperation
-from lance.fragment import FragmentMetadata, write_fragments
+from lance.fragment import FragmentMetadata
 
-from partitioning.errors import ConcurrentModification, SchemaError, translate_lance_errors
+from partitioning.errors import ConcurrentModification, SchemaError
 from partitioning.manifest import join_uri
 from partitioning.namespace import LocationPlanner, PartitionedNamespace, PartitionKey, TableCommit
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionField
+from partitioning.tables import DEFAULT_COMMIT_ATTEMPTS, commit_version, write_new_fragments
 
 __all__ = [
     "CommitResult",
@@ -50,7 +51,6 @@ __all__ = [
 WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
 WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "overwrite_partitions", "error", "ignore")
 DEFAULT_MAX_ROWS_PER_FILE = 1_048_576
-DEFAULT_COMMIT_ATTEMPTS = 24
 PART_PREFIX = "__part_"
 
 
@@ -93,7 +93,7 @@ class FragmentWriter:
     """
 
     root: str
-    data_schema: pa.Schema
+    schema: NamespaceSchema
     part_fields: tuple[tuple[str, pa.DataType], ...]
     planner: LocationPlanner
     storage_options: Mapping[str, str] | None = None
@@ -116,7 +116,7 @@ class FragmentWriter:
         schema = ns.namespace_schema
         return cls(
             root=ns.root,
-            data_schema=schema.arrow,
+            schema=schema,
             part_fields=tuple((f.field_id, f.arrow_result_type(schema)) for f in spec.fields),
             planner=ns.location_planner(spec.spec_id, seed=secrets.token_bytes(32)),
             storage_options=ns.storage_options,
@@ -129,6 +129,10 @@ class FragmentWriter:
     @property
     def output_schema(self) -> pa.Schema:
         return message_schema(self.part_fields)
+
+    @cached_property
+    def data_schema(self) -> pa.Schema:
+        return self.schema.dataset_arrow
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         buffers: OrderedDict[PartitionKey, _Buffer] = OrderedDict()
@@ -177,14 +181,9 @@ class FragmentWriter:
         kwargs: dict[str, Any] = {"max_rows_per_file": self.max_rows_per_file}
         if self.max_bytes_per_file is not None:
             kwargs["max_bytes_per_file"] = self.max_bytes_per_file
-        with translate_lance_errors(f"write fragments to {location}"):
-            fragments = write_fragments(
-                data,
-                join_uri(self.root, location),
-                schema=self.data_schema,
-                storage_options=dict(self.storage_options) if self.storage_options else None,
-                **kwargs,
-            )
+        fragments = write_new_fragments(
+            data, join_uri(self.root, location), self.schema, storage_options=self.storage_options, **kwargs
+        )
         row: dict[str, Any] = {
             "location": location,
             "fragments": json.dumps([f.to_json() for f in fragments]),
@@ -255,46 +254,8 @@ def _group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, _
     return pending
 
 
-def _dataset_or_none(uri: str, storage_options: Mapping[str, str] | None) -> lance.LanceDataset | None:
-    try:
-        return lance.dataset(uri, storage_options=dict(storage_options) if storage_options else None)
-    except ValueError:
-        return None
-
-
-def _commit_dataset(
-    uri: str,
-    schema: pa.Schema,
-    fragments: list[FragmentMetadata],
-    storage_options: Mapping[str, str] | None,
-    *,
-    attempts: int = DEFAULT_COMMIT_ATTEMPTS,
-) -> int:
-    """Commit a new dataset version holding exactly ``fragments``; returns its version.
-
-    The version's content does not depend on the dataset's latest version, so losing
-    a race to another writer's commit only means trying again on top of it.
-    """
-    last: ConcurrentModification | None = None
-    for attempt in range(attempts):
-        latest = _dataset_or_none(uri, storage_options)
-        try:
-            with translate_lance_errors(f"commit {uri}"):
-                ds = lance.LanceDataset.commit(
-                    uri,
-                    LanceOperation.Overwrite(schema, fragments),
-                    read_version=latest.version if latest is not None else None,
-                    storage_options=dict(storage_options) if storage_options else None,
-                )
-            return int(ds.version)
-        except ConcurrentModification as exc:
-            last = exc
-            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
-    raise ConcurrentModification(f"gave up committing {uri} after {attempts} attempts: {last}") from last
-
-
 def _relocate(
-    pending: _Pending, target: str, ns: PartitionedNamespace, schema: pa.Schema, max_rows_per_file: int
+    pending: _Pending, target: str, ns: PartitionedNamespace, schema: NamespaceSchema, max_rows_per_file: int
 ) -> _Pending:
     """Move fragments written under a losing location into the partition's real table.
 
@@ -302,17 +263,12 @@ def _relocate(
     data is re-written under the winner's location and the old files become orphans.
     """
     source_uri = join_uri(ns.root, pending.location)
-    _commit_dataset(source_uri, schema, pending.fragments, ns.storage_options)
+    commit_version(source_uri, schema, pending.fragments, ns.storage_options)
     data = lance.dataset(source_uri, storage_options=ns.storage_options).to_table()
-    with translate_lance_errors(f"write fragments to {target}"):
-        fragments = write_fragments(
-            data,
-            join_uri(ns.root, target),
-            schema=schema,
-            max_rows_per_file=max_rows_per_file,
-            storage_options=ns.storage_options,
-        )
-    return _Pending(pending.key, target, list(fragments), pending.rows)
+    fragments = write_new_fragments(
+        data, join_uri(ns.root, target), schema, storage_options=ns.storage_options, max_rows_per_file=max_rows_per_file
+    )
+    return _Pending(pending.key, target, fragments, pending.rows)
 
 
 def commit_write(
@@ -321,22 +277,32 @@ def commit_write(
     *,
     mode: WriteMode = "append",
     spec_id: int | None = None,
+    schema: NamespaceSchema | None = None,
     write_id: str | None = None,
     max_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
 ) -> CommitResult:
-    """Driver side of a write: dataset commits, then ONE ``__manifest`` commit."""
+    """Driver side of a write: dataset commits, then ONE ``__manifest`` commit.
+
+    ``schema`` is the namespace schema the fragments were written with (default: the
+    current one). If the namespace schema changes while the write runs, the write
+    fails with :class:`ConcurrentModification` and nothing of it becomes visible.
+    """
     if mode not in ("append", "overwrite", "overwrite_partitions"):
         raise SchemaError(f"unknown write mode {mode!r}; allowed: append, overwrite, overwrite_partitions")
     spec = ns.specs[spec_id] if spec_id is not None else ns.current_spec
     pending = _group_messages(messages, spec.field_ids)
-    schema = ns.namespace_schema.arrow
+    written = schema if schema is not None else ns.namespace_schema
     last_error: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
         ns.refresh()
         skipped = already_committed(ns, mode, write_id)
         if skipped is not None:
             return skipped
+        if ns.namespace_schema.to_json() != written.to_json():
+            raise ConcurrentModification(
+                f"the schema of {ns.root} changed while this write ran; nothing was committed, run the write again"
+            )
         commits = []
         created = 0
         for location in list(pending):
@@ -344,15 +310,13 @@ def commit_write(
             values = dict(zip(spec.field_ids, entry.key, strict=True))
             existing = ns.find_partition(spec.spec_id, values)
             if existing is not None and existing.location != entry.location:
-                entry = _relocate(entry, existing.location, ns, schema, max_rows_per_file)
+                entry = _relocate(entry, existing.location, ns, written, max_rows_per_file)
                 del pending[location]
                 pending[entry.location] = entry
-            base: list[FragmentMetadata] = []
-            if existing is not None and mode == "append":
-                base = [f.metadata for f in ns.open_table(existing).get_fragments()]
+            base = ns.open_table(existing) if existing is not None and mode == "append" else None
             created += existing is None
-            version = _commit_dataset(
-                join_uri(ns.root, entry.location), schema, base + entry.fragments, ns.storage_options
+            version = commit_version(
+                join_uri(ns.root, entry.location), written, entry.fragments, ns.storage_options, base=base
             )
             commits.append(TableCommit(spec.spec_id, values, entry.location, version))
         try:
@@ -442,5 +406,11 @@ def write_table(
     batches = list(writer(keyed.to_batches()))
     messages = pa.Table.from_batches(batches, schema=writer.output_schema)
     return commit_write(
-        ns, messages, mode=mode, spec_id=spec.spec_id, write_id=write_id, max_rows_per_file=max_rows_per_file
+        ns,
+        messages,
+        mode=mode,
+        spec_id=spec.spec_id,
+        schema=writer.schema,
+        write_id=write_id,
+        max_rows_per_file=max_rows_per_file,
     )

@@ -151,6 +151,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             combined,
             mode=self.mode,  # type: ignore[arg-type]
             spec_id=self.spec_id,
+            schema=self.fragment_writer.schema,
             write_id=self.write_id,
             max_rows_per_file=self.max_rows_per_file,
         )

@@ -41,7 +41,8 @@ from partitioning.filters import (
 )
 from partitioning.namespace import PartitionedNamespace, open_partition_table
 from partitioning.scan import ScanTask
-from partitioning.schema import NamespaceSchema, field_id_of
+from partitioning.schema import NamespaceSchema
+from partitioning.tables import dataset_columns
 from pipelines.schema import spark_schema
 
 __all__ = ["LanceInputPartition", "LancePartitionedReader", "TableSlice", "read_partitioned", "read_schema"]
@@ -220,19 +221,6 @@ class LancePartitionedReader(DataSourceReader):
 _EMPTY = InputPartition(None)
 
 
-def _dataset_columns(dataset: lance.LanceDataset, schema: NamespaceSchema) -> dict[str, str]:
-    """Namespace column -> the partition table's column, matched by field id, else by name."""
-    by_id = {field_id_of(f): f.name for f in dataset.schema if field_id_of(f) is not None}
-    out = {}
-    for f in schema.arrow:
-        fid = field_id_of(f)
-        if fid in by_id:
-            out[f.name] = by_id[fid]
-        elif not by_id and f.name in dataset.schema.names:
-            out[f.name] = f.name
-    return out
-
-
 def read_table(
     dataset: lance.LanceDataset,
     partition: TableSlice,
@@ -241,7 +229,7 @@ def read_table(
     filters: Sequence[Filter],
 ) -> Iterator[pa.RecordBatch]:
     """Stream one partition's rows as namespace-shaped batches, filtered."""
-    mapping = _dataset_columns(dataset, schema)
+    mapping = dataset_columns(dataset.schema, schema)
     f = conjunction(list(filters))
     needed = [c for c in schema.arrow.names if c in set(output) | columns_of(f)]
     renamed = any(mapping.get(c, c) != c for c in columns_of(f))

@@ -247,6 +247,7 @@ def write_partitioned(
             messages,
             mode=effective,  # type: ignore[arg-type]
             spec_id=current.spec_id,
+            schema=writer.schema,
             write_id=write_id,
             max_rows_per_file=max_rows_per_file,
         )
