@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from jobs import demo, ingest, query
+from jobs import demo, evolve, ingest, query
 from partitioning import PartitionedNamespace
 
 pytestmark = pytest.mark.slow
@@ -103,3 +103,68 @@ def test_query_bad_filter_is_one_line_and_exit_2(tmp_path, inputs, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: filter \"country = = 'US'\": expected a literal")
     assert "\n" not in err
+
+
+def test_evolve_subcommands_change_spec_and_schema(tmp_path, inputs, capsys):
+    """Every evolve subcommand, in the order a user would run them, each printing its result."""
+    root = str(tmp_path / "ns")
+    assert (
+        ingest.main(["--root", root, "--input", inputs["parquet"], "--format", "parquet", "--partition-by", "country"])
+        == 0
+    )
+    capsys.readouterr()
+
+    def ok(*argv: str) -> str:
+        assert evolve.main(list(argv)) == 0
+        return capsys.readouterr().out
+
+    out = ok("add-partition-field", "--root", root, "bucket[4](user_id) AS user_bucket")
+    assert out.startswith("partition spec v2[country=identity(2), user_bucket=bucket[4](3)]\n")
+    assert '"num_buckets":4' in out
+    out = ok("drop-partition-field", "--root", root, "country")
+    assert out.startswith("partition spec v3[user_bucket=bucket[4](3)]\n")
+    out = ok("replace-spec", "--root", root, "day(ts)", "country")
+    assert out.startswith("partition spec v4[ts_day=day(1), country=identity(2)]\n")
+    out = ok("add-column", "--root", root, "channel:string", "price:decimal(10,2)")
+    assert "     4  channel  string" in out
+    assert "     5  price  decimal128(10, 2)" in out
+    assert "next field id 6" in out
+    out = ok("rename-column", "--root", root, "channel", "source")
+    assert "     4  source  string" in out
+    out = ok("widen-column", "--root", root, "price", "decimal(12,2)")
+    assert "     5  price  decimal128(12, 2)" in out
+    out = ok("drop-column", "--root", root, "source")
+    assert "source" not in out
+    assert "next field id 6" in out
+    ns = PartitionedNamespace.load(root)
+    assert sorted(ns.specs) == [1, 2, 3, 4]
+    assert ns.schema.names == ["event_id", "ts", "country", "user_id", "price"]
+    assert _rows(ns) == 60
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["drop-column", "country"], "error: cannot drop column 'country' (field id 2): partition field 'country'"),
+        (["drop-partition-field", "nope"], "error: no partition field 'nope' in the current spec v1; its fields are: "),
+        (["add-column", "x"], "error: bad column 'x'; expected NAME:TYPE"),
+        (["add-column", "x:varchar9"], "error: unknown type 'varchar9'; allowed: "),
+        (["widen-column", "user_id", "int"], "error: cannot widen column 'user_id' from int64 to int32; allowed: "),
+        (["rename-column", "nope", "x"], "error: unknown column 'nope'; columns are: event_id, ts, country, user_id"),
+        (["replace-spec", "hour(nope)"], "error: unknown column 'nope'"),
+    ],
+)
+def test_evolve_bad_requests_are_one_line_and_exit_2(tmp_path, inputs, capsys, argv, message):
+    root = str(tmp_path / "ns")
+    assert (
+        ingest.main(["--root", root, "--input", inputs["parquet"], "--format", "parquet", "--partition-by", "country"])
+        == 0
+    )
+    capsys.readouterr()
+    assert evolve.main([argv[0], "--root", root, *argv[1:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message)
+    assert "\n" not in err
+    ns = PartitionedNamespace.load(root)
+    assert sorted(ns.specs) == [1]
+    assert ns.schema.names == ["event_id", "ts", "country", "user_id"]
