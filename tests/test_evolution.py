@@ -140,3 +140,25 @@ def test_dropping_a_field_and_writing_again(tmp_path):
     buckets = {t.spec_id for t in plan}
     assert buckets == {1, 2}
     assert sum(1 for t in plan if t.spec_id == 1) == 1
+
+
+def test_describe_namespace_covers_every_spec_version_and_their_partitions(evolved):
+    """SPEC-NOTES 17 on an evolved root: each v<N> gives its spec, each level its own value."""
+    root, _ = evolved
+    ns = PartitionedNamespace.load(root)
+    for spec_id, spec in ns.specs.items():
+        assert json.loads(ns.describe_namespace([f"v{spec_id}"])["partition_spec"]) == json.loads(spec.to_json())
+    v1_days = set()
+    v2_levels = set()
+    for p in ns.partitions():
+        levels = p.object_id.split("$")[:-1]
+        props = [ns.describe_namespace(levels[: k + 1]) for k in range(1, len(levels))]
+        if p.spec_id == 1:
+            v1_days.add(props[0]["partition.event_date"])
+        else:
+            year = props[0]["partition.event_year"]
+            country = props[1].get("partition.country")
+            v2_levels.add((year, country))
+            assert set(props[1]) <= {"partition.country"}
+    assert v1_days == {"2025-12-10", "2025-12-11", "2024-06-01"}
+    assert v2_levels == {("2025", "US"), ("2025", "CN"), ("2024", None)}
