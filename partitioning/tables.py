@@ -84,7 +84,8 @@ def is_aligned(dataset: lance.LanceDataset, schema: NamespaceSchema) -> bool:
 def align_schema(
     uri: str, base: lance.LanceDataset, schema: NamespaceSchema, storage_options: Mapping[str, str] | None
 ) -> lance.LanceDataset:
-    """A new dataset version holding ``base``'s rows with ``schema``'s columns.
+    """A new dataset version holding ``base``'s rows with ``schema``'s columns; ``base``
+    must be the latest version (see :func:`as_latest`).
 
     Columns the namespace dropped are dropped, renamed ones renamed, widened ones cast,
     new ones added as all-NULL; every column is tagged with its namespace id.
@@ -99,11 +100,8 @@ def align_schema(
                     check_widening(f.name, have, f.type)
                 except SchemaError as exc:
                     raise SchemaError(f"partition table {uri}: {exc}") from exc
-    opts = dict(storage_options) if storage_options else None
     with translate_lance_errors(f"align the schema of {uri}"):
         ds = base
-        if lance.dataset(uri, storage_options=opts).version != base.version:
-            ds.restore()
         drops = [n for n in ds.schema.names if n not in set(mapping.values())]
         if drops:
             ds.drop_columns(drops)
@@ -168,6 +166,47 @@ def _latest_or_none(uri: str, storage_options: Mapping[str, str] | None) -> lanc
         return None
 
 
+def as_latest(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
+    """The dataset with ``version``'s content as its latest version (restored if others followed)."""
+    opts = dict(storage_options) if storage_options else None
+    with translate_lance_errors(f"open {uri}"):
+        latest = lance.dataset(uri, storage_options=opts)
+        if latest.version == version:
+            return latest
+        ds = lance.dataset(uri, version=version, storage_options=opts)
+        ds.restore()
+        return ds
+
+
+def replace_fragments(
+    uri: str,
+    head: lance.LanceDataset,
+    keep: Sequence[FragmentMetadata],
+    new: Sequence[FragmentMetadata],
+    storage_options: Mapping[str, str] | None,
+) -> int:
+    """Commit ``keep`` (existing fragments of ``head``, deletion files and all) plus ``new``
+    on top of ``head``, which must be the latest version; returns the new version.
+
+    A Lance Merge with the full fragment list: any commit made since ``head`` makes it
+    fail with :class:`ConcurrentModification` rather than mixing in another writer's data.
+    """
+    start = max([f.fragment_id for f in head.get_fragments()], default=-1) + 1
+    numbered = []
+    for i, fragment in enumerate(new):
+        meta = fragment.to_json()
+        meta["id"] = start + i
+        numbered.append(FragmentMetadata.from_json(json.dumps(meta)))
+    with translate_lance_errors(f"commit {uri}"):
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Merge([*keep, *numbered], head.lance_schema),
+            read_version=head.version,
+            storage_options=dict(storage_options) if storage_options else None,
+        )
+    return int(ds.version)
+
+
 def commit_version(
     uri: str,
     schema: NamespaceSchema,
@@ -180,18 +219,34 @@ def commit_version(
     """Commit a version holding ``base``'s fragments (if any) plus the new ``fragments``.
 
     The new fragments must come from :func:`write_new_fragments` with ``schema``. The
-    version's content does not depend on the dataset's latest version, so losing a race
-    to another writer only means committing again on top of it. Returns the version.
+    version's content never depends on versions committed after ``base`` (crashed or
+    concurrent writes), so losing a race only means committing again. Returns the version.
     """
-    new_schema: LanceSchema | pa.Schema = schema.dataset_arrow
-    base_fragments: list[FragmentMetadata] = []
-    new = list(fragments)
-    if base is not None:
-        kept = {f.fragment_id for f in base.get_fragments()}
-        current = base if is_aligned(base, schema) else align_schema(uri, base, schema, storage_options)
-        base_fragments = [f.metadata for f in current.get_fragments() if f.fragment_id in kept]
-        new_schema = current.lance_schema
-        new = renumber(new, schema.dataset_arrow, current.lance_schema)
+    if base is None:
+        return _overwrite(uri, schema.dataset_arrow, list(fragments), storage_options, attempts)
+    kept = {f.fragment_id for f in base.get_fragments()}
+    last: ConcurrentModification | None = None
+    for attempt in range(attempts):
+        try:
+            head = as_latest(uri, base.version, storage_options)
+            if not is_aligned(head, schema):
+                head = align_schema(uri, head, schema, storage_options)
+            keep = [f.metadata for f in head.get_fragments() if f.fragment_id in kept]
+            new = renumber(fragments, schema.dataset_arrow, head.lance_schema)
+            return replace_fragments(uri, head, keep, new, storage_options)
+        except ConcurrentModification as exc:
+            last = exc
+            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
+    raise ConcurrentModification(f"gave up committing {uri} after {attempts} attempts: {last}") from last
+
+
+def _overwrite(
+    uri: str,
+    schema: pa.Schema,
+    fragments: list[FragmentMetadata],
+    storage_options: Mapping[str, str] | None,
+    attempts: int,
+) -> int:
     last: ConcurrentModification | None = None
     for attempt in range(attempts):
         latest = _latest_or_none(uri, storage_options)
@@ -199,7 +254,7 @@ def commit_version(
             with translate_lance_errors(f"commit {uri}"):
                 ds = lance.LanceDataset.commit(
                     uri,
-                    LanceOperation.Overwrite(new_schema, base_fragments + new),
+                    LanceOperation.Overwrite(schema, fragments),
                     read_version=latest.version if latest is not None else None,
                     storage_options=dict(storage_options) if storage_options else None,
                 )

@@ -2,6 +2,7 @@
 
 from partitioning.write import CommitResult
 from pipelines.datasource import LancePartitionedDataSource, register_data_source
+from pipelines.join import join_partitioned as join_partitioned
 from pipelines.read import read_partitioned
 from pipelines.schema import namespace_schema_from_spark, spark_schema
 from pipelines.session import build_session
