@@ -8,7 +8,7 @@ table metadata, and writes rows with ``merge_insert`` on ``object_id``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import lance
 import pyarrow as pa
@@ -118,16 +118,28 @@ class ManifestStore:
         with translate_lance_errors(f"update properties of {self.uri}"):
             (base if base is not None else self.dataset()).update_metadata(dict(properties))
 
-    def merge_rows(self, ds: lance.LanceDataset, rows: pa.Table, *, delete_other_partitions: bool = False) -> None:
+    def merge_rows(
+        self,
+        ds: lance.LanceDataset,
+        rows: pa.Table,
+        *,
+        delete_other_partitions: bool = False,
+        delete_ids: Sequence[str] = (),
+    ) -> None:
         """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version.
 
         Lance's own retries are off: a conflict with a commit made since ``ds`` was read
         raises :class:`ConcurrentModification`, and the caller rebases. With
         ``delete_other_partitions`` every partition namespace or table row absent from
-        ``rows`` is deleted in the same commit.
+        ``rows`` is deleted in the same commit; ``delete_ids`` deletes exactly those rows.
         """
+        if delete_other_partitions and delete_ids:
+            raise ValueError("delete_other_partitions and delete_ids exclude each other")
         with translate_lance_errors(f"commit {self.uri}"):
             builder = ds.merge_insert("object_id").when_matched_update_all().when_not_matched_insert_all()
             if delete_other_partitions:
                 builder = builder.when_not_matched_by_source_delete("object_id LIKE '%$%'")
+            elif delete_ids:
+                quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in delete_ids)
+                builder = builder.when_not_matched_by_source_delete(f"object_id IN ({quoted})")
             builder.conflict_retries(0).execute(rows.select(ds.schema.names).cast(ds.schema))

@@ -29,6 +29,7 @@ from partitioning.errors import (
     InvalidInput,
     NamespaceNotFound,
     SpecError,
+    TableNotFound,
     translate_lance_errors,
 )
 from partitioning.filters import Filter, parse_filter
@@ -522,6 +523,25 @@ class PartitionedNamespace:
         rows.extend(self._lock_rows(spec_ids, write_id))
         table = pa.Table.from_pylist(rows, schema=base.schema)
         self._store.merge_rows(base, table, delete_other_partitions=replace_all)
+        self.refresh()
+        return self.manifest_version
+
+    def remove_tables(self, object_ids: Sequence[str]) -> int:
+        """Remove partition tables, and namespaces left without tables, in ONE optimistic
+        ``__manifest`` commit; returns the new manifest version. Files stay for time
+        travel until :func:`partitioning.maintenance.vacuum` removes them."""
+        doomed = set(object_ids)
+        tables = {t.object_id: t for t in self._state.tables}
+        unknown = sorted(doomed - set(tables))
+        if unknown:
+            raise TableNotFound(f"no partition table {unknown[0]!r} in {self.root}")
+        remaining = [oid for oid in tables if oid not in doomed]
+        live = {oid.rsplit("$", k)[0] for oid in remaining for k in range(1, oid.count("$"))}
+        empty = {oid.rsplit("$", k)[0] for oid in doomed for k in range(1, oid.count("$"))} - live
+        spec_ids = {tables[oid].spec_id for oid in doomed} or {self.current_spec.spec_id}
+        base = self._store.dataset(self._state.version)
+        rows = pa.Table.from_pylist(self._lock_rows(spec_ids, None), schema=base.schema)
+        self._store.merge_rows(base, rows, delete_ids=sorted(doomed | empty))
         self.refresh()
         return self.manifest_version
 

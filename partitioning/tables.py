@@ -29,7 +29,17 @@ from lance.schema import LanceSchema
 from partitioning.errors import ConcurrentModification, SchemaError, translate_lance_errors
 from partitioning.schema import DATASET_FIELD_ID_KEY, NamespaceSchema, check_widening, dataset_field_id, field_id_of
 
-__all__ = ["align_schema", "commit_version", "dataset_columns", "is_aligned", "renumber", "write_new_fragments"]
+__all__ = [
+    "align_schema",
+    "as_latest",
+    "commit_version",
+    "dataset_columns",
+    "is_aligned",
+    "renumber",
+    "replace_fragments",
+    "rewrite_fragments",
+    "write_new_fragments",
+]
 
 DEFAULT_COMMIT_ATTEMPTS = 24
 
@@ -201,6 +211,25 @@ def replace_fragments(
         ds = lance.LanceDataset.commit(
             uri,
             LanceOperation.Merge([*keep, *numbered], head.lance_schema),
+            read_version=head.version,
+            storage_options=dict(storage_options) if storage_options else None,
+        )
+    return int(ds.version)
+
+
+def rewrite_fragments(
+    uri: str,
+    head: lance.LanceDataset,
+    old: Sequence[FragmentMetadata],
+    new: Sequence[FragmentMetadata],
+    storage_options: Mapping[str, str] | None,
+) -> int:
+    """Replace fragments ``old`` of ``head`` (the latest version) by ``new`` holding the
+    same rows (compaction); conflicts with any commit made since ``head``."""
+    with translate_lance_errors(f"commit {uri}"):
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Rewrite([LanceOperation.RewriteGroup(list(old), list(new))], []),
             read_version=head.version,
             storage_options=dict(storage_options) if storage_options else None,
         )

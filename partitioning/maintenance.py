@@ -1,0 +1,483 @@
+"""Maintenance, Spark-free: compaction, vacuum, partition drop, row delete, manifest compaction.
+
+Each operation that changes what readers see ends in ONE ``__manifest`` commit, so every
+``read_version`` it moves moves atomically, and readers of an older manifest version
+keep seeing the old data (old dataset versions stay until :func:`vacuum`).
+
+Compaction is split so Spark can run the rewrites on executors:
+:func:`plan_compaction` (driver) -> :func:`rewrite` (one task each, anywhere) ->
+:func:`commit_compaction` (driver). :func:`compact_local` runs all three in-process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.fs as pafs
+from lance.fragment import FragmentMetadata, write_fragments
+
+from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
+from partitioning.filters import (
+    Cmp,
+    Filter,
+    In,
+    IsNull,
+    Like,
+    Not,
+    columns_of,
+    parse_filter,
+    to_arrow_expression,
+    to_sql,
+)
+from partitioning.manifest import MANIFEST_DIR, join_uri
+from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
+from partitioning.tables import align_schema, as_latest, is_aligned, renumber, rewrite_fragments
+
+__all__ = [
+    "CompactionResult",
+    "CompactionTask",
+    "MaintenanceReport",
+    "commit_compaction",
+    "compact_local",
+    "delete_rows",
+    "drop_partitions",
+    "optimize_manifest",
+    "plan_compaction",
+    "rewrite",
+    "vacuum",
+]
+
+DEFAULT_TARGET_ROWS = 1_048_576
+MIN_RETENTION = dt.timedelta(hours=1)
+COMMIT_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """What a maintenance operation did (or, with ``dry_run``, would do)."""
+
+    operation: str
+    root: str
+    manifest_version: int | None
+    tables: int = 0
+    rows: int = 0
+    fragments_before: int = 0
+    fragments_after: int = 0
+    deleted: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        head = f"{self.operation} {self.root}"
+        if self.operation == "compact":
+            body = (
+                f"{self.tables} tables, {self.fragments_before} fragments -> {self.fragments_after}, "
+                f"{self.rows:,} rows rewritten"
+            )
+        elif self.operation == "vacuum":
+            body = f"{'would delete' if self.dry_run else 'deleted'} {len(self.deleted)} items"
+        elif self.operation == "drop_partitions":
+            body = f"dropped {self.tables} partition tables"
+        elif self.operation == "delete_rows":
+            body = f"deleted {self.rows:,} rows from {self.tables} partition tables"
+        else:
+            body = f"{self.fragments_before} fragments -> {self.fragments_after}"
+        tail = f", __manifest v{self.manifest_version}" if self.manifest_version is not None else ""
+        skipped = f" ({len(self.skipped)} changed concurrently, left as they were)" if self.skipped else ""
+        return f"{head}: {body}{tail}{skipped}"
+
+
+# -- compaction -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompactionTask:
+    """Rewrite some fragments of one table (as of its ``read_version``) into fewer."""
+
+    object_id: str
+    uri: str
+    read_version: int
+    fragment_ids: tuple[int, ...]
+    target_rows: int
+    storage_options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    task: CompactionTask
+    fragments: tuple[str, ...]  # FragmentMetadata JSON, numbered for the dataset schema at read_version
+    rows: int
+
+
+def plan_compaction(
+    ns: PartitionedNamespace,
+    filter: str | Filter | None = None,
+    *,
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+) -> list[CompactionTask]:
+    """Bins of small fragments (or fragments with deleted rows) to rewrite, per selected table.
+
+    A bin holds consecutive small fragments up to ``target_rows_per_fragment`` rows; a
+    bin of one fragment is rewritten only if it has deletions to drop.
+    """
+    if target_rows_per_fragment < 1:
+        raise InvalidInput(f"target_rows_per_fragment must be at least 1, got {target_rows_per_fragment}")
+    opts = tuple(sorted((ns.storage_options or {}).items()))
+    tasks = []
+    for task in ns.plan_scan(filter):
+        if task.read_branch is not None or task.read_tag is not None or task.read_version is None:
+            continue
+        ds = _open(task.uri, task.read_version, ns.storage_options)
+        bins: list[list[tuple[int, int, bool]]] = [[]]
+        for fragment in ds.get_fragments():
+            rows = fragment.count_rows()
+            deleted = fragment.metadata.deletion_file is not None
+            if rows >= target_rows_per_fragment and not deleted:
+                bins.append([])
+                continue
+            if sum(r for _, r, _ in bins[-1]) + rows > target_rows_per_fragment:
+                bins.append([])
+            bins[-1].append((fragment.fragment_id, rows, deleted))
+        for b in bins:
+            if len(b) > 1 or (len(b) == 1 and b[0][2]):
+                tasks.append(
+                    CompactionTask(
+                        task.object_id,
+                        task.uri,
+                        task.read_version,
+                        tuple(f for f, _, _ in b),
+                        target_rows_per_fragment,
+                        opts,
+                    )
+                )
+    return tasks
+
+
+def rewrite(task: CompactionTask) -> CompactionResult:
+    """Executor side: read the bin's live rows and write them as new uncommitted fragments."""
+    opts = dict(task.storage_options) or None
+    ds = _open(task.uri, task.read_version, opts)
+    with translate_lance_errors(f"compact {task.object_id}"):
+        data = ds.scanner(
+            fragments=[f for f in ds.get_fragments() if f.fragment_id in set(task.fragment_ids)]
+        ).to_table()
+        fragments = write_fragments(
+            data, task.uri, schema=ds.schema, mode="overwrite", max_rows_per_file=task.target_rows, storage_options=opts
+        )
+    return CompactionResult(task, tuple(json.dumps(f.to_json()) for f in fragments), data.num_rows)
+
+
+def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResult]) -> MaintenanceReport:
+    """Driver side: one dataset version per table, then ONE ``__manifest`` commit.
+
+    A table whose ``read_version`` moved since planning (a concurrent write) is left as
+    it was and reported as skipped; nothing of its data is lost.
+    """
+    by_table: dict[str, list[CompactionResult]] = {}
+    for r in results:
+        by_table.setdefault(r.task.object_id, []).append(r)
+    skipped: list[str] = []
+    for _ in range(COMMIT_ATTEMPTS):
+        ns.refresh()
+        current = {t.object_id: t for t in ns.partitions()}
+        commits, before, after, rows = [], 0, 0, 0
+        for object_id, parts in sorted(by_table.items()):
+            table = current.get(object_id)
+            planned = parts[0].task.read_version
+            if table is None or table.read_version != planned:
+                skipped.append(object_id)
+                continue
+            head = as_latest(table.uri, planned, ns.storage_options)
+            removed = {i for p in parts for i in p.task.fragment_ids}
+            fragments = head.get_fragments()
+            old = [f.metadata for f in fragments if f.fragment_id in removed]
+            new = [FragmentMetadata.from_json(text) for p in parts for text in p.fragments]
+            new = renumber(new, head.schema, head.lance_schema)
+            before += len(fragments)
+            after += len(fragments) - len(old) + len(new)
+            rows += sum(p.rows for p in parts)
+            version = rewrite_fragments(table.uri, head, old, new, ns.storage_options)
+            commits.append(TableCommit(table.spec_id, table.values, table.location, version, table.object_id))
+        by_table = {k: v for k, v in by_table.items() if k not in skipped}
+        if not commits:
+            return MaintenanceReport("compact", ns.root, ns.manifest_version, skipped=tuple(skipped))
+        try:
+            version = ns.commit_once(commits)
+        except ConcurrentModification:
+            continue
+        return MaintenanceReport("compact", ns.root, version, len(commits), rows, before, after, skipped=tuple(skipped))
+    raise ConcurrentModification(f"compaction of {ns.root} lost {COMMIT_ATTEMPTS} __manifest races; nothing changed")
+
+
+def compact_local(
+    ns: PartitionedNamespace, filter: str | Filter | None = None, *, target_rows_per_fragment: int = DEFAULT_TARGET_ROWS
+) -> MaintenanceReport:
+    """:func:`plan_compaction`, :func:`rewrite` and :func:`commit_compaction` in this process."""
+    tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment)
+    if not tasks:
+        return MaintenanceReport("compact", ns.root, ns.manifest_version)
+    return commit_compaction(ns, [rewrite(t) for t in tasks])
+
+
+# -- drop partitions and delete rows -------------------------------------------------------------
+def _identity_columns(ns: PartitionedNamespace, spec_id: int) -> dict[str, str]:
+    """Column name -> identity partition field id, for one spec version."""
+    schema = ns.namespace_schema
+    out = {}
+    for f in ns.specs[spec_id].fields:
+        if f.transform is not None and str(f.transform) == "identity" and len(f.source_ids) == 1:
+            source = schema.top_level_field_by_id(f.source_ids[0])
+            if source is not None:
+                out[source.name] = f.field_id
+    return out
+
+
+def _whole_table_matches(ns: PartitionedNamespace, table: PartitionTable, f: Filter) -> bool:
+    """Whether every row of the table satisfies ``f``, judged from its identity partition values."""
+    columns = _identity_columns(ns, table.spec_id)
+    outside = sorted(columns_of(f) - set(columns))
+    if outside:
+        raise InvalidInput(
+            f"drop_partitions: column {outside[0]!r} is not an identity partition column of spec "
+            f"v{table.spec_id} (those are: {', '.join(sorted(columns)) or 'none'}); use delete_rows for row filters"
+        )
+    schema = ns.schema
+    row = pa.table(
+        {c: pa.array([table.values[fid]], schema.field(c).type) for c, fid in columns.items() if c in columns_of(f)}
+    )
+    return row.filter(to_arrow_expression(f)).num_rows == 1
+
+
+def drop_partitions(root: str | PartitionedNamespace, filter: str) -> MaintenanceReport:
+    """Remove whole partition tables whose identity partition values satisfy ``filter``.
+
+    The filter may use only identity partition columns, so a table is dropped only when
+    every row in it matches. ONE ``__manifest`` commit removes the tables and any
+    namespace left empty; their files remain for time travel until :func:`vacuum`.
+    """
+    ns = _namespace(root)
+    f = parse_filter(filter)
+    if not columns_of(f):
+        raise InvalidInput("drop_partitions needs a filter on identity partition columns, e.g. \"country = 'US'\"")
+    for _ in range(COMMIT_ATTEMPTS):
+        ns.refresh()
+        doomed = [t.object_id for t in ns.plan_scan(f) if _whole_table_matches(ns, _table(ns, t.object_id), f)]
+        if not doomed:
+            return MaintenanceReport("drop_partitions", ns.root, ns.manifest_version)
+        try:
+            version = ns.remove_tables(doomed)
+        except ConcurrentModification:
+            continue
+        return MaintenanceReport("drop_partitions", ns.root, version, tables=len(doomed), deleted=tuple(doomed))
+    raise ConcurrentModification(f"drop_partitions on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
+
+
+def _renamed(f: Filter, names: Mapping[str, str]) -> Filter:
+    if isinstance(f, Cmp | In | IsNull | Like):
+        return type(f)(**{**f.__dict__, "column": names.get(f.column, f.column)})
+    if isinstance(f, Not):
+        return Not(_renamed(f.child, names))
+    children = getattr(f, "children", None)
+    if children is not None:
+        return type(f)(tuple(_renamed(c, names) for c in children))  # type: ignore[call-arg]
+    return f
+
+
+def delete_rows(root: str | PartitionedNamespace, filter: str) -> MaintenanceReport:
+    """Delete the rows matching ``filter`` with Lance deletes, in the pruned tables only.
+
+    Each affected table gets a new version (its schema first brought up to the
+    namespace schema, metadata-only), then ONE ``__manifest`` commit moves them all.
+    """
+    ns = _namespace(root)
+    f = parse_filter(filter)
+    if not columns_of(f):
+        raise InvalidInput("delete_rows needs a filter; to remove everything, overwrite the namespace")
+    for _ in range(COMMIT_ATTEMPTS):
+        ns.refresh()
+        schema = ns.namespace_schema
+        commits, rows = [], 0
+        for task in ns.plan_scan(f):
+            if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
+                raise InvalidInput(f"delete_rows: table {task.object_id} is read from a branch or tag; not supported")
+            head = as_latest(task.uri, task.read_version, ns.storage_options)
+            if not is_aligned(head, schema):
+                head = align_schema(task.uri, head, schema, ns.storage_options)
+            before = head.count_rows()
+            predicate = to_sql(f)
+            with translate_lance_errors(f"delete rows from {task.object_id}"):
+                head.delete(predicate)
+            removed = before - head.count_rows()
+            if removed:
+                table = _table(ns, task.object_id)
+                commits.append(TableCommit(table.spec_id, table.values, table.location, head.version, table.object_id))
+                rows += removed
+        if not commits:
+            return MaintenanceReport("delete_rows", ns.root, ns.manifest_version)
+        try:
+            version = ns.commit_once(commits)
+        except ConcurrentModification:
+            continue
+        return MaintenanceReport("delete_rows", ns.root, version, tables=len(commits), rows=rows)
+    raise ConcurrentModification(f"delete_rows on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
+
+
+# -- vacuum ---------------------------------------------------------------------------------------
+def _retained_read_versions(
+    manifest: lance.LanceDataset, cutoff: dt.datetime
+) -> tuple[dict[str, set[int | None]], int | None]:
+    """location -> read_versions recorded by the manifest versions a reader may still pick
+    (those after ``cutoff`` and the one current at it); and that oldest retained version."""
+    versions = sorted(manifest.versions(), key=lambda v: v["version"])
+    retained = [v for v in versions if _aware(v["timestamp"]) >= cutoff]
+    older = [v for v in versions if _aware(v["timestamp"]) < cutoff]
+    if older:
+        retained.insert(0, older[-1])
+    seen: dict[str, set[int | None]] = {}
+    for info in retained:
+        ds = manifest.checkout_version(info["version"])
+        table = ds.to_table(columns=["location", "read_version"], filter="object_type = 'table'")
+        for row in table.to_pylist():
+            seen.setdefault(row["location"], set()).add(row["read_version"])
+    return seen, (retained[0]["version"] if retained else None)
+
+
+def vacuum(
+    root: str | PartitionedNamespace,
+    retain: dt.timedelta = dt.timedelta(days=7),
+    *,
+    dry_run: bool = False,
+    allow_short_retention: bool = False,
+    now: dt.datetime | None = None,
+) -> MaintenanceReport:
+    """Delete what no reader within ``retain`` can reach.
+
+    - files and table directories of failed writes (``ns.orphans()``) older than ``retain``;
+    - partition tables no retained ``__manifest`` version refers to (dropped partitions);
+    - dataset versions older than the oldest one a retained manifest version reads;
+    - ``__manifest`` versions older than the one current ``retain`` ago.
+
+    Time travel to any manifest version within ``retain`` keeps working. Like Delta,
+    a retention under one hour is refused unless ``allow_short_retention`` is set, since
+    it can delete the files of a write still in progress.
+    """
+    if retain < MIN_RETENTION and not allow_short_retention:
+        raise InvalidInput(
+            f"vacuum retain={retain} is under {MIN_RETENTION}; it could delete files of writes in progress "
+            "(pass allow_short_retention=True to do it anyway)"
+        )
+    ns = _namespace(root)
+    now = now or dt.datetime.now(dt.UTC)
+    cutoff = now - retain
+    opts = dict(ns.storage_options) if ns.storage_options else None
+    manifest = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
+    retained, oldest_manifest = _retained_read_versions(manifest, cutoff)
+    planned: list[str] = []
+    actions: list[Any] = []
+    fs, _ = pafs.FileSystem.from_uri(ns.root)
+
+    for orphan in ns.orphans():
+        if orphan.kind == "version":
+            continue  # handled per table below
+        path = pafs.FileSystem.from_uri(orphan.uri)[1]
+        info = fs.get_file_info(path)
+        if info.mtime is not None and _aware(info.mtime) >= cutoff:
+            continue
+        if orphan.kind in ("table_dir", "data_file"):
+            planned.append(f"{orphan.kind} {orphan.uri}")
+            actions.append(("delete_dir" if orphan.kind == "table_dir" else "delete_file", path))
+
+    latest_locations = {t.location for t in ns.partitions()}
+    for location in _all_locations(manifest):
+        uri = join_uri(ns.root, location)
+        if location not in retained and location not in latest_locations:
+            planned.append(f"table_dir {uri} (no retained __manifest version refers to it)")
+            actions.append(("delete_dir", pafs.FileSystem.from_uri(uri)[1]))
+            continue
+        needed = retained.get(location, set())
+        if None in needed or not needed:
+            continue
+        try:
+            ds = lance.dataset(uri, storage_options=opts)
+        except ValueError:
+            continue
+        oldest = min(v for v in needed if v is not None)
+        info = {v["version"]: _aware(v["timestamp"]) for v in ds.versions()}
+        doomed = sorted(v for v in info if v < oldest)
+        if doomed:
+            planned.append(f"versions {uri} {doomed[0]}..{doomed[-1]} (older than read_version {oldest})")
+            actions.append(("cleanup", (uri, now - info[oldest] - dt.timedelta(microseconds=1))))
+
+    if oldest_manifest is not None:
+        info = {v["version"]: _aware(v["timestamp"]) for v in manifest.versions()}
+        doomed = sorted(v for v in info if v < oldest_manifest)
+        if doomed:
+            planned.append(f"versions {manifest.uri} {doomed[0]}..{doomed[-1]}")
+            actions.append(("cleanup", (manifest.uri, now - info[oldest_manifest] - dt.timedelta(microseconds=1))))
+
+    if not dry_run:
+        for kind, arg in actions:
+            with translate_lance_errors(f"vacuum {ns.root}"):
+                if kind == "delete_dir":
+                    fs.delete_dir(arg)
+                elif kind == "delete_file":
+                    fs.delete_file(arg)
+                else:
+                    uri, older_than = arg
+                    lance.dataset(uri, storage_options=opts).cleanup_old_versions(older_than=older_than)
+    return MaintenanceReport("vacuum", ns.root, None, deleted=tuple(planned), dry_run=dry_run)
+
+
+def optimize_manifest(root: str | PartitionedNamespace) -> MaintenanceReport:
+    """Compact the ``__manifest`` table's own fragments (one commit; rows unchanged)."""
+    ns = _namespace(root)
+    opts = dict(ns.storage_options) if ns.storage_options else None
+    with translate_lance_errors(f"compact {ns.root}/{MANIFEST_DIR}"):
+        ds = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
+        before = len(ds.get_fragments())
+        ds.optimize.compact_files()
+        after_ds = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
+    ns.refresh()
+    return MaintenanceReport(
+        "optimize_manifest",
+        ns.root,
+        ns.manifest_version,
+        fragments_before=before,
+        fragments_after=len(after_ds.get_fragments()),
+    )
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _namespace(root: str | PartitionedNamespace) -> PartitionedNamespace:
+    return root if isinstance(root, PartitionedNamespace) else PartitionedNamespace.load(root)
+
+
+def _table(ns: PartitionedNamespace, object_id: str) -> PartitionTable:
+    for t in ns.partitions():
+        if t.object_id == object_id:
+            return t
+    raise ConcurrentModification(f"partition table {object_id} disappeared during the operation")
+
+
+def _open(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
+    with translate_lance_errors(f"open {uri}"):
+        return lance.dataset(uri, version=version, storage_options=dict(storage_options) if storage_options else None)
+
+
+def _aware(t: Any) -> dt.datetime:
+    assert isinstance(t, dt.datetime)
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
+
+
+def _all_locations(manifest: lance.LanceDataset) -> set[str]:
+    out: set[str] = set()
+    for info in manifest.versions():
+        table = manifest.checkout_version(info["version"]).to_table(
+            columns=["location"], filter="object_type = 'table'"
+        )
+        out.update(x for x in table.column("location").to_pylist() if x)
+    return out
