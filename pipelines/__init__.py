@@ -3,6 +3,7 @@
 from partitioning.write import CommitResult
 from pipelines.datasource import LancePartitionedDataSource, register_data_source
 from pipelines.join import join_partitioned as join_partitioned
+from pipelines.maintenance import compact, delete_rows, drop_partitions, optimize_manifest, vacuum
 from pipelines.read import read_partitioned
 from pipelines.schema import namespace_schema_from_spark, spark_schema
 from pipelines.session import build_session
@@ -13,11 +14,16 @@ __all__ = [
     "CommitResult",
     "LancePartitionedDataSource",
     "build_session",
+    "compact",
+    "delete_rows",
+    "drop_partitions",
     "namespace_schema_from_spark",
+    "optimize_manifest",
     "partition_value",
     "read_partitioned",
     "register_data_source",
     "spark_schema",
+    "vacuum",
     "with_partition_columns",
     "write_partitioned",
 ]

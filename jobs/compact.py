@@ -1,0 +1,44 @@
+"""Compact small fragments of a partitioned namespace, in parallel on the executors.
+
+Run under spark-submit, e.g.::
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit --master local[2] \\
+        --properties-file spark-conf/spark-defaults.conf jobs/compact.py \\
+        --root warehouse/events --filter "country = 'US'" --target-rows-per-fragment 1048576
+
+Only the partitions the filter selects are compacted (all without one). Everything is
+committed in ONE ``__manifest`` commit; readers of older versions keep the old files
+until ``jobs/vacuum.py``. Bad input prints one ``error:`` line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from jobs._cli import run
+from pipelines.maintenance import compact
+from pipelines.session import build_session
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="compact", description="Compact a Lance partitioned namespace.")
+    parser.add_argument("--root", required=True, help="namespace root (path or URI)")
+    parser.add_argument("--filter", help="SQL filter selecting the partitions to compact")
+    parser.add_argument("--target-rows-per-fragment", type=int, default=1_048_576)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    spark = build_session("lance_partitioned: compact")
+
+    def body() -> None:
+        report = compact(args.root, args.filter, target_rows_per_fragment=args.target_rows_per_fragment, spark=spark)
+        print(report.summary())
+
+    return run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Delete rows, or drop whole partitions, of a partitioned namespace.
+
+Run under spark-submit, e.g.::
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit --master local[2] \\
+        --properties-file spark-conf/spark-defaults.conf jobs/delete.py \\
+        --root warehouse/events --filter "user_id = 42"
+
+``--drop-partitions`` removes whole partition tables instead; its filter may use only
+identity partition columns (e.g. ``--filter "country = 'US'"``). Either way ONE
+``__manifest`` commit makes the change. Bad input prints one ``error:`` line and exits
+with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from jobs._cli import run
+from pipelines.maintenance import delete_rows, drop_partitions
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="delete", description="Delete rows from a Lance partitioned namespace.")
+    parser.add_argument("--root", required=True, help="namespace root (path or URI)")
+    parser.add_argument("--filter", required=True, help="SQL filter of the rows (or partitions) to delete")
+    parser.add_argument("--drop-partitions", action="store_true", help="drop whole partition tables")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+
+    def body() -> None:
+        operation = drop_partitions if args.drop_partitions else delete_rows
+        print(operation(args.root, args.filter).summary())
+
+    return run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
