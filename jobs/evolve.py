@@ -11,7 +11,7 @@ Subcommands::
     add-partition-field  --root R EXPR...      new spec = current fields + EXPR ("year(ts)", "bucket[8](id) AS b")
     drop-partition-field --root R FIELD_ID...  new spec = current fields without these field ids
     replace-spec         --root R EXPR...      new spec = exactly EXPR
-    add-column           --root R NAME:TYPE... nullable columns with new field ids (TYPE: int64, string, decimal(12,2), ...)
+    add-column           --root R NAME:TYPE... nullable columns, new field ids (TYPE: int64, string, decimal(12,2))
     rename-column        --root R OLD NEW      the field id stays
     drop-column          --root R NAME         its field id is never reused
     widen-column         --root R NAME TYPE    int32->int64, float32->float64, decimal precision up
