@@ -28,11 +28,12 @@ from partitioning.errors import (
     CorruptNamespace,
     InvalidInput,
     NamespaceNotFound,
+    SchemaError,
     SpecError,
     TableNotFound,
     translate_lance_errors,
 )
-from partitioning.filters import Filter, parse_filter
+from partitioning.filters import Filter, columns_of, parse_filter
 from partitioning.manifest import (
     SCHEMA_KEY,
     SPEC_KEY_PREFIX,
@@ -638,6 +639,10 @@ class PartitionedNamespace:
         NOT, AND, OR`` with ``DATE '...'`` / ``TIMESTAMP '...'`` literals) or a parsed filter.
         """
         f = filter_sql if filter_sql is not None and not isinstance(filter_sql, str) else parse_filter(filter_sql)
+        names = self._state.schema.arrow.names
+        unknown = sorted(columns_of(f) - set(names))
+        if unknown:
+            raise SchemaError(f"unknown column {unknown[0]!r} in filter; columns are: {', '.join(names)}")
         return plan_tables(
             self.root, self._state.manifest, self._state.specs, self._state.schema, f, self.manifest_version
         )

@@ -288,6 +288,11 @@ def read_partitioned(
     if manifest_version is not None:
         reader = reader.option("versionAsOf", str(manifest_version))
     parsed = parse_filter(filter)  # a bad filter fails here, with one line
+    names = PartitionedNamespace.load(root, manifest_version=manifest_version).schema.names
+    for what, wanted in (("filter", columns_of(parsed)), ("columns", set(columns or ()))):
+        unknown = sorted(wanted - set(names))
+        if unknown:
+            raise SchemaError(f"unknown column {unknown[0]!r} in {what}; columns are: {', '.join(names)}")
     if columns:
         wanted = list(columns) + sorted(columns_of(parsed) - set(columns))
         reader = reader.option("columns", ",".join(wanted))
