@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +24,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
 from partitioning.filters import (
-    Cmp,
     Filter,
-    In,
-    IsNull,
-    Like,
-    Not,
     columns_of,
     parse_filter,
     to_arrow_expression,
@@ -37,7 +32,8 @@ from partitioning.filters import (
 )
 from partitioning.manifest import MANIFEST_DIR, join_uri
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
-from partitioning.tables import align_schema, as_latest, is_aligned, renumber, rewrite_fragments
+from partitioning.schema import NamespaceSchema
+from partitioning.tables import align_schema, as_latest, dataset_columns, is_aligned, renumber, rewrite_fragments
 
 __all__ = [
     "CompactionResult",
@@ -276,15 +272,22 @@ def drop_partitions(root: str | PartitionedNamespace, filter: str) -> Maintenanc
     raise ConcurrentModification(f"drop_partitions on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
 
 
-def _renamed(f: Filter, names: Mapping[str, str]) -> Filter:
-    if isinstance(f, Cmp | In | IsNull | Like):
-        return type(f)(**{**f.__dict__, "column": names.get(f.column, f.column)})
-    if isinstance(f, Not):
-        return Not(_renamed(f.child, names))
-    children = getattr(f, "children", None)
-    if children is not None:
-        return type(f)(tuple(_renamed(c, names) for c in children))  # type: ignore[call-arg]
-    return f
+def _has_matches(
+    uri: str, version: int, f: Filter, schema: NamespaceSchema, storage_options: Mapping[str, str] | None
+) -> bool:
+    """Whether the table holds a row matching ``f``, read with the namespace's reconciliation
+    (renamed columns by id, missing ones as NULL), without committing anything."""
+    ds = _open(uri, version, storage_options)
+    mapping = dataset_columns(ds.schema, schema)
+    needed = sorted(columns_of(f))
+    with translate_lance_errors(f"scan {uri}"):
+        table = ds.to_table(columns=[mapping[c] for c in needed if c in mapping])
+    columns = {
+        c: table.column(mapping[c]) if c in mapping else pa.nulls(table.num_rows, schema.arrow.field(c).type)
+        for c in needed
+    }
+    view = pa.table({c: col.cast(schema.arrow.field(c).type) for c, col in columns.items()})
+    return view.filter(to_arrow_expression(f)).num_rows > 0
 
 
 def delete_rows(root: str | PartitionedNamespace, filter: str) -> MaintenanceReport:
@@ -304,13 +307,14 @@ def delete_rows(root: str | PartitionedNamespace, filter: str) -> MaintenanceRep
         for task in ns.plan_scan(f):
             if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
                 raise InvalidInput(f"delete_rows: table {task.object_id} is read from a branch or tag; not supported")
+            if not _has_matches(task.uri, task.read_version, f, schema, ns.storage_options):
+                continue
             head = as_latest(task.uri, task.read_version, ns.storage_options)
             if not is_aligned(head, schema):
                 head = align_schema(task.uri, head, schema, ns.storage_options)
             before = head.count_rows()
-            predicate = to_sql(f)
             with translate_lance_errors(f"delete rows from {task.object_id}"):
-                head.delete(predicate)
+                head.delete(to_sql(f))
             removed = before - head.count_rows()
             if removed:
                 table = _table(ns, task.object_id)
@@ -358,7 +362,8 @@ def vacuum(
 
     - files and table directories of failed writes (``ns.orphans()``) older than ``retain``;
     - partition tables no retained ``__manifest`` version refers to (dropped partitions);
-    - dataset versions older than the oldest one a retained manifest version reads;
+    - dataset versions below the newest one a retained manifest version reads that no
+      retained manifest version reads (newer ones may belong to writes in progress);
     - ``__manifest`` versions older than the one current ``retain`` ago.
 
     Time travel to any manifest version within ``retain`` keeps working. Like Delta,
@@ -405,19 +410,17 @@ def vacuum(
             ds = lance.dataset(uri, storage_options=opts)
         except ValueError:
             continue
-        oldest = min(v for v in needed if v is not None)
-        info = {v["version"]: _aware(v["timestamp"]) for v in ds.versions()}
-        doomed = sorted(v for v in info if v < oldest)
+        newest = max(v for v in needed if v is not None)
+        doomed = sorted(v["version"] for v in ds.versions() if v["version"] < newest and v["version"] not in needed)
         if doomed:
-            planned.append(f"versions {uri} {doomed[0]}..{doomed[-1]} (older than read_version {oldest})")
-            actions.append(("cleanup", (uri, now - info[oldest] - dt.timedelta(microseconds=1))))
+            planned.append(f"versions {uri} {_ranges(doomed)} (no retained read_version)")
+            actions.append(("cleanup", (uri, doomed)))
 
     if oldest_manifest is not None:
-        info = {v["version"]: _aware(v["timestamp"]) for v in manifest.versions()}
-        doomed = sorted(v for v in info if v < oldest_manifest)
+        doomed = sorted(v["version"] for v in manifest.versions() if v["version"] < oldest_manifest)
         if doomed:
-            planned.append(f"versions {manifest.uri} {doomed[0]}..{doomed[-1]}")
-            actions.append(("cleanup", (manifest.uri, now - info[oldest_manifest] - dt.timedelta(microseconds=1))))
+            planned.append(f"versions {manifest.uri} {_ranges(doomed)}")
+            actions.append(("cleanup", (manifest.uri, doomed)))
 
     if not dry_run:
         for kind, arg in actions:
@@ -427,8 +430,8 @@ def vacuum(
                 elif kind == "delete_file":
                     fs.delete_file(arg)
                 else:
-                    uri, older_than = arg
-                    lance.dataset(uri, storage_options=opts).cleanup_old_versions(older_than=older_than)
+                    uri, versions = arg
+                    lance.dataset(uri, storage_options=opts).cleanup_old_versions(versions=versions)
     return MaintenanceReport("vacuum", ns.root, None, deleted=tuple(planned), dry_run=dry_run)
 
 
@@ -466,6 +469,20 @@ def _table(ns: PartitionedNamespace, object_id: str) -> PartitionTable:
 def _open(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
     with translate_lance_errors(f"open {uri}"):
         return lance.dataset(uri, version=version, storage_options=dict(storage_options) if storage_options else None)
+
+
+def _ranges(versions: Sequence[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    out: list[str] = []
+    start = prev = versions[0]
+    for v in [*versions[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
 
 
 def _aware(t: Any) -> dt.datetime:
