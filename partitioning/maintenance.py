@@ -436,7 +436,11 @@ def vacuum(
 
 
 def optimize_manifest(root: str | PartitionedNamespace) -> MaintenanceReport:
-    """Compact the ``__manifest`` table's own fragments (one commit; rows unchanged)."""
+    """Compact the ``__manifest`` table's own fragments; rows are unchanged.
+
+    Lance's compaction commits a fragment-id reservation, then the rewrite, so the
+    manifest gains two versions; neither changes what a reader sees.
+    """
     ns = _namespace(root)
     opts = dict(ns.storage_options) if ns.storage_options else None
     with translate_lance_errors(f"compact {ns.root}/{MANIFEST_DIR}"):
