@@ -395,7 +395,16 @@ def to_arrow_expression(f: Filter) -> Any:
     if isinstance(f, In):
         col = pc.field(f.column)
         values = [v for v in f.values if v is not None]
-        found = pc.is_in(col, value_set=pa.array(values)) if values else pc.scalar(False)
+        if not values:
+            found = pc.scalar(False)
+        elif len({type(v) for v in values}) == 1 and not isinstance(values[0], decimal.Decimal):
+            found = pc.is_in(col, value_set=pa.array(values))
+        else:  # numbers of mixed kinds: compare one by one, with Arrow's numeric casts
+            if any(isinstance(v, decimal.Decimal) for v in values):
+                values = [decimal.Decimal(v) if isinstance(v, int) else v for v in values]
+            found = pc.scalar(False)
+            for v in values:
+                found = found | pc.coalesce(col == pc.scalar(v), pa.scalar(False))
         # SQL: NULL IN (...) is NULL, so that NOT IN does not match NULL either
         return pc.if_else(col.is_null(), pa.scalar(None, pa.bool_()), found)
     if isinstance(f, IsNull):

@@ -61,6 +61,7 @@ from partitioning.transforms import (
     Transform,
     TruncateTransform,
     YearTransform,
+    is_hashable_type,
 )
 
 __all__ = [
@@ -274,18 +275,7 @@ class KeyGrouping:
 
 def _joinable_type(t: pa.DataType) -> bool:
     """Key types whose equality is the same in Spark, in partition values and in Arrow's join."""
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-    )
+    return is_hashable_type(t) and not pa.types.is_floating(t)
 
 
 def _time_parts(t: pa.DataType) -> set[str]:
@@ -491,16 +481,31 @@ def _any_null(table: pa.Table, keys: Iterable[str]) -> pa.Array:
     return mask
 
 
+def _comparable(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The key columns as Spark compares them in a join: floats with -0.0 as 0.0 and one NaN."""
+    columns = []
+    for k in keys:
+        col = table.column(k)
+        if pa.types.is_floating(col.type):
+            nan = pa.scalar(float("nan"), col.type)
+            col = pc.if_else(pc.is_nan(col), nan, pc.add(col, pa.scalar(0.0, col.type)))
+        columns.append(col)
+    return pa.Table.from_arrays(columns, names=list(keys))
+
+
 def local_join(left: pa.Table, right: pa.Table, on: Sequence[str], how: str, output: pa.Schema) -> pa.Table:
     """SQL ``left JOIN right USING (on)`` of two in-memory tables, shaped as ``output``.
 
     ``output`` is :func:`join_output_schema`: the keys, the left non-key columns, then
-    the right non-key columns. Rows with a NULL in any key never match (SQL semantics);
-    they are split off before Arrow's hash join and emitted as unmatched rows by the
-    outer joins that keep them, so the result does not depend on how Arrow compares NULL
-    keys. Only the keys and a row number go through the hash join; the other columns
-    are gathered with ``take``, so they may be of any type (Arrow's join rejects nested
-    non-key columns).
+    the right non-key columns. As in Spark, a key column is the left value (the right
+    value for a right join) and, when that side has no row, the other side's.
+
+    Rows with a NULL in any key never match (SQL semantics); they are split off before
+    Arrow's hash join and emitted as unmatched rows by the outer joins that keep them, so
+    the result does not depend on how Arrow compares NULL keys. Float keys are compared
+    as Spark does (-0.0 equals 0.0, NaN equals NaN). Only the keys and a row number go
+    through the hash join; every output column is gathered with ``take``, so non-key
+    columns may be of any type (Arrow's join rejects nested non-key columns).
     """
     if how not in JOIN_TYPES:
         raise InvalidInput(f"unknown join type {how!r}; allowed: {', '.join(JOIN_TYPES)}")
@@ -510,29 +515,18 @@ def local_join(left: pa.Table, right: pa.Table, on: Sequence[str], how: str, out
     lnull, rnull = _any_null(left, keys), _any_null(right, keys)
     lok, lbad = left.filter(pc.invert(lnull)), left.filter(lnull)
     rok, rbad = right.filter(pc.invert(rnull)), right.filter(rnull)
-    lk = lok.select(keys).append_column(_LEFT_ROW, pa.array(np.arange(lok.num_rows, dtype=np.int64)))
-    rk = rok.select(keys).append_column(_RIGHT_ROW, pa.array(np.arange(rok.num_rows, dtype=np.int64)))
+    lk = _comparable(lok, keys).append_column(_LEFT_ROW, pa.array(np.arange(lok.num_rows, dtype=np.int64)))
+    rk = _comparable(rok, keys).append_column(_RIGHT_ROW, pa.array(np.arange(rok.num_rows, dtype=np.int64)))
     joined = lk.join(rk, keys=keys, join_type=_ARROW_JOIN_TYPE[how], coalesce_keys=True)
-    pieces = [
-        _assemble(
-            [joined.column(k) for k in keys],
-            lok.select(left_rest).take(joined.column(_LEFT_ROW)),
-            rok.select(right_rest).take(joined.column(_RIGHT_ROW)),
-            output,
-        )
-    ]
+    lrows, rrows = lok.take(joined.column(_LEFT_ROW)), rok.take(joined.column(_RIGHT_ROW))
+    first, second = (rrows, lrows) if how == "right" else (lrows, rrows)
+    key_columns = [pc.coalesce(first.column(k), second.column(k)) for k in keys]
+    pieces = [_assemble(key_columns, lrows.select(left_rest), rrows.select(right_rest), output)]
+    no_left, no_right = lbad.select(left_rest).slice(0, 0), rbad.select(right_rest).slice(0, 0)
     if how in ("left", "full") and lbad.num_rows:
-        pieces.append(
-            _assemble(
-                [lbad.column(k) for k in keys], lbad.select(left_rest), rbad.select(right_rest).slice(0, 0), output
-            )
-        )
+        pieces.append(_assemble([lbad.column(k) for k in keys], lbad.select(left_rest), no_right, output))
     if how in ("right", "full") and rbad.num_rows:
-        pieces.append(
-            _assemble(
-                [rbad.column(k) for k in keys], lbad.select(left_rest).slice(0, 0), rbad.select(right_rest), output
-            )
-        )
+        pieces.append(_assemble([rbad.column(k) for k in keys], no_left, rbad.select(right_rest), output))
     return pa.concat_tables(pieces)
 
 

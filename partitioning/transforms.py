@@ -46,7 +46,7 @@ def _is_atomic(t: pa.DataType) -> bool:
     return not pa.types.is_nested(t) and not pa.types.is_null(t)
 
 
-def _is_hashable(t: pa.DataType) -> bool:
+def is_hashable_type(t: pa.DataType) -> bool:
     return (
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
@@ -306,7 +306,7 @@ class _BucketBase(Transform):
         return {"type": self.name, "num_buckets": self.num_buckets}
 
     def accepts(self, t: pa.DataType) -> bool:
-        return _is_hashable(t)
+        return is_hashable_type(t)
 
     def apply_scalar(self, values: Sequence[Any], types: Sequence[pa.DataType]) -> Any:
         h = _scalar_murmur3(values, types)

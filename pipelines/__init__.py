@@ -2,7 +2,7 @@
 
 from partitioning.write import CommitResult
 from pipelines.datasource import LancePartitionedDataSource, register_data_source
-from pipelines.join import join_partitioned as join_partitioned
+from pipelines.join import join_partitioned
 from pipelines.maintenance import compact, delete_rows, drop_partitions, optimize_manifest, vacuum
 from pipelines.read import read_partitioned
 from pipelines.schema import namespace_schema_from_spark, spark_schema
@@ -17,6 +17,7 @@ __all__ = [
     "compact",
     "delete_rows",
     "drop_partitions",
+    "join_partitioned",
     "namespace_schema_from_spark",
     "optimize_manifest",
     "partition_value",

@@ -25,7 +25,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -51,6 +53,7 @@ __all__ = ["LancePartitionedJoinDataSource", "join_partitioned", "join_partition
 log = logging.getLogger("lance_partitioned")
 FORMAT = "lance_partitioned_join"
 MAX_PARTITIONS = 32
+_ROW = "__lance_join_row"
 
 
 def join_partitioned(
@@ -102,6 +105,7 @@ def join_partitioned_with_plan(
     log.info(plan.summary)
     spark.dataSource.register(LancePartitionedJoinDataSource)
     options = {
+        "max_partitions": str(_default_partitions(spark)),
         "left": left_root,
         "right": right_root,
         "left_version": str(left.manifest_version),
@@ -114,6 +118,15 @@ def join_partitioned_with_plan(
     if filter_right:
         options["filter_right"] = filter_right
     return spark.read.format(FORMAT).options(**options).load(), plan
+
+
+def _default_partitions(spark: SparkSession) -> int:
+    """Twice the cluster's cores: enough tasks to balance groups of different sizes, few enough
+    that per-task overhead does not dominate small joins."""
+    try:
+        return max(1, 2 * int(spark.sparkContext.defaultParallelism))
+    except Exception:  # e.g. Spark Connect, which has no SparkContext
+        return MAX_PARTITIONS
 
 
 # -- the data source ----------------------------------------------------------------------------
@@ -235,9 +248,23 @@ class _SideReader:
             )
             batches.extend(read_table(dataset, piece, self.schema, output, self.lance_filters))
         table = pa.Table.from_batches(batches, schema=out_schema)
-        if self.arrow_filter is not None:
-            table = table.filter(to_arrow_expression(self.arrow_filter))
-        return table
+        return table if self.arrow_filter is None else spark_filter(table, self.arrow_filter)
+
+
+def spark_filter(table: pa.Table, f: Filter) -> pa.Table:
+    """``table`` filtered by ``f`` in Arrow, with Spark's float order: NaN equals NaN and is
+    above every number. NaN is read as +inf, which is exact for the finite literals a filter
+    can spell."""
+    columns = sorted(columns_of(f))
+    view = []
+    for name in columns:
+        col = table.column(name)
+        if pa.types.is_floating(col.type):
+            col = pc.if_else(pc.is_nan(col), pa.scalar(float("inf"), col.type), col)
+        view.append(col)
+    view.append(pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    rows = pa.Table.from_arrays(view, names=[*columns, _ROW]).filter(to_arrow_expression(f)).column(_ROW)
+    return table.take(rows)
 
 
 def _exact_in_lance(f: Filter, schema: NamespaceSchema) -> bool:

@@ -802,3 +802,29 @@ def test_property_histories_prune_something() -> None:
             if (p.spec_id == 1 and p.values["identity_0"] == 1) or (p.spec_id == 2 and p.values["d_ymd_2"] == 10)
         )
         assert len(plan.tasks) == 2
+
+
+@pytest.mark.parametrize(
+    ("sql", "ids"),
+    [
+        ("f IN (0.5, 2)", [0, 1]),
+        ("i IN (1, 2.0)", [0, 1]),
+        ("i IN (1.5, 3)", [2]),
+        ("d IN (1.5, 2)", [0, 1]),
+        ("NOT (d IN (1.5, 2))", [3]),
+        ("NOT (f IN (0.5, 2))", [2]),
+    ],
+)
+def test_arrow_in_with_mixed_number_literals(sql: str, ids: list[int]) -> None:
+    """IN lists mixing integer and decimal literals compare numerically, NULL rows never match."""
+    table = pa.table(
+        {
+            "rid": [0, 1, 2, 3],
+            "f": [0.5, 2.0, 3.0, None],
+            "i": [1, 2, 3, None],
+            "d": pa.array(
+                [decimal.Decimal("1.50"), decimal.Decimal("2.00"), None, decimal.Decimal("0.10")], pa.decimal128(10, 2)
+            ),
+        }
+    )
+    assert table.filter(to_arrow_expression(parse_filter(sql))).column("rid").to_pylist() == ids
