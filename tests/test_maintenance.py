@@ -112,11 +112,13 @@ FR_2 = [(2000, "FR", 7), (2001, "FR", 8)]
 
 @pytest.mark.slow
 def test_spark_compaction_rewrites_small_fragments_in_one_manifest_commit(spark, tmp_path):
-    """200 one-row fragments become one; a filter limits the compaction to its partitions; data,
-    time travel and the single manifest commit are checked; compacting again is a no-op."""
+    """A partition made of 200 small appends becomes one fragment; a filter limits the compaction
+    to its partitions; data, time travel and the single manifest commit are checked; compacting
+    again is a no-op."""
     root = str(tmp_path / "ns")
     ns = PartitionedNamespace.create(root, SCHEMA, ["country"])
-    _write(ns, US_200, max_rows_per_file=1)  # 200 fragments through the public write path
+    for row in US_200:
+        _write(ns, [row])  # 200 appends, each its own write and __manifest commit
     for k in range(3):
         _write(ns, CN_6[2 * k : 2 * k + 2])
     for row in FR_2:
