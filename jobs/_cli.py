@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 
 from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
 
 from partitioning import PartitioningError
 
@@ -24,3 +26,21 @@ def run(body: Callable[[], None]) -> int:
         print(f"error: {text.splitlines()[0] if text else type(exc).__name__}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", help="write the result here instead of showing it")
+    parser.add_argument("--output-format", choices=["parquet", "csv"], default="parquet")
+    parser.add_argument("--show", type=int, default=20, help="rows to show when not writing")
+
+
+def write_or_show(df: DataFrame, args: argparse.Namespace, job: str) -> None:
+    """Write ``df`` to ``--output`` (parquet or csv with a header) or show ``--show`` rows."""
+    if args.output:
+        writer = df.write.mode("overwrite")
+        if args.output_format == "csv":
+            writer = writer.option("header", "true")
+        getattr(writer, args.output_format)(args.output)
+        print(f"{job}: wrote {args.output_format} to {args.output}")
+    else:
+        df.show(args.show, truncate=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import run
+from jobs._cli import add_output_arguments, run, write_or_show
 from pipelines.join import join_partitioned_with_plan
 from pipelines.session import build_session
 
@@ -31,9 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--how", default="inner", help="inner, left, right or full (default: inner)")
     parser.add_argument("--filter-left", help="SQL filter applied to the left side before the join")
     parser.add_argument("--filter-right", help="SQL filter applied to the right side before the join")
-    parser.add_argument("--output", help="write the result here instead of showing it")
-    parser.add_argument("--output-format", choices=["parquet", "csv"], default="parquet")
-    parser.add_argument("--show", type=int, default=20, help="rows to show when not writing")
+    add_output_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -55,14 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"join: storage-partitioned join used ({len(plan.tasks)} group tasks): {plan.reason}")
         else:
             print(f"join: storage-partitioned join not used, Spark shuffle join instead: {plan.reason}")
-        if args.output:
-            writer = df.write.mode("overwrite")
-            if args.output_format == "csv":
-                writer = writer.option("header", "true")
-            getattr(writer, args.output_format)(args.output)
-            print(f"join: wrote {args.output_format} to {args.output}")
-        else:
-            df.show(args.show, truncate=False)
+        write_or_show(df, args, "join")
 
     return run(body)
 

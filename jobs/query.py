@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import run
+from jobs._cli import add_output_arguments, run, write_or_show
 from partitioning import PartitionedNamespace
 from pipelines.read import read_partitioned
 from pipelines.session import build_session
@@ -29,9 +29,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--filter", help="SQL filter, e.g. \"country = 'US' AND day(ts) ...\"")
     parser.add_argument("--columns", nargs="+", help="columns to return (default: all)")
     parser.add_argument("--version", type=int, help="read as of this __manifest version (time travel)")
-    parser.add_argument("--output", help="write the result here instead of showing it")
-    parser.add_argument("--output-format", choices=["parquet", "csv"], default="parquet")
-    parser.add_argument("--show", type=int, default=20, help="rows to show when not writing")
+    add_output_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -44,14 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = ns.plan_scan(args.filter)
         print(plan.summary)
         df = read_partitioned(spark, args.root, filter=args.filter, columns=args.columns, manifest_version=args.version)
-        if args.output:
-            writer = df.write.mode("overwrite")
-            if args.output_format == "csv":
-                writer = writer.option("header", "true")
-            getattr(writer, args.output_format)(args.output)
-            print(f"query: wrote {args.output_format} to {args.output}")
-        else:
-            df.show(args.show, truncate=False)
+        write_or_show(df, args, "query")
 
     return run(body)
 

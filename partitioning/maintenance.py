@@ -130,8 +130,9 @@ def plan_compaction(
         ds = _open(task.uri, task.read_version, ns.storage_options)
         bins: list[list[tuple[int, int, bool]]] = [[]]
         for fragment in ds.get_fragments():
-            rows = fragment.count_rows()
-            deleted = fragment.metadata.deletion_file is not None
+            meta = fragment.metadata
+            deleted = meta.deletion_file is not None
+            rows = fragment.count_rows() if deleted else meta.physical_rows
             if rows >= target_rows_per_fragment and not deleted:
                 bins.append([])
                 continue
