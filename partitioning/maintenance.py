@@ -32,6 +32,7 @@ from partitioning.filters import (
 )
 from partitioning.manifest import MANIFEST_DIR, join_uri
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
+from partitioning.orphans import find_orphans, merged, recorded_read_versions
 from partitioning.schema import NamespaceSchema
 from partitioning.tables import align_schema, as_latest, dataset_columns, is_aligned, renumber, rewrite_fragments
 
@@ -332,23 +333,13 @@ def delete_rows(root: str | PartitionedNamespace, filter: str) -> MaintenanceRep
 
 
 # -- vacuum ---------------------------------------------------------------------------------------
-def _retained_read_versions(
-    manifest: lance.LanceDataset, cutoff: dt.datetime
-) -> tuple[dict[str, set[int | None]], int | None]:
-    """location -> read_versions recorded by the manifest versions a reader may still pick
-    (those after ``cutoff`` and the one current at it); and that oldest retained version."""
+def _retained_versions(manifest: lance.LanceDataset, cutoff: dt.datetime) -> list[int]:
+    """The ``__manifest`` versions a reader may still pick: those after ``cutoff`` and the
+    one current at it."""
     versions = sorted(manifest.versions(), key=lambda v: v["version"])
-    retained = [v for v in versions if _aware(v["timestamp"]) >= cutoff]
-    older = [v for v in versions if _aware(v["timestamp"]) < cutoff]
-    if older:
-        retained.insert(0, older[-1])
-    seen: dict[str, set[int | None]] = {}
-    for info in retained:
-        ds = manifest.checkout_version(info["version"])
-        table = ds.to_table(columns=["location", "read_version"], filter="object_type = 'table'")
-        for row in table.to_pylist():
-            seen.setdefault(row["location"], set()).add(row["read_version"])
-    return seen, (retained[0]["version"] if retained else None)
+    retained = [v["version"] for v in versions if _aware(v["timestamp"]) >= cutoff]
+    older = [v["version"] for v in versions if _aware(v["timestamp"]) < cutoff]
+    return older[-1:] + retained
 
 
 def vacuum(
@@ -381,12 +372,15 @@ def vacuum(
     cutoff = now - retain
     opts = dict(ns.storage_options) if ns.storage_options else None
     manifest = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
-    retained, oldest_manifest = _retained_read_versions(manifest, cutoff)
+    recorded = recorded_read_versions(ns.root, ns.storage_options)
+    kept_versions = _retained_versions(manifest, cutoff)
+    retained = merged(recorded[v] for v in kept_versions if v in recorded)
+    oldest_manifest = kept_versions[0] if kept_versions else None
     planned: list[str] = []
     actions: list[Any] = []
     fs, _ = pafs.FileSystem.from_uri(ns.root)
 
-    for orphan in ns.orphans():
+    for orphan in find_orphans(ns.root, ns.storage_options, recorded=recorded):
         if orphan.kind == "version":
             continue  # handled per table below
         path = pafs.FileSystem.from_uri(orphan.uri)[1]
@@ -398,7 +392,7 @@ def vacuum(
             actions.append(("delete_dir" if orphan.kind == "table_dir" else "delete_file", path))
 
     latest_locations = {t.location for t in ns.partitions()}
-    for location in _all_locations(manifest):
+    for location in sorted(merged(recorded.values())):
         uri = join_uri(ns.root, location)
         if location not in retained and location not in latest_locations:
             planned.append(f"table_dir {uri} (no retained __manifest version refers to it)")
@@ -493,13 +487,3 @@ def _ranges(versions: Sequence[int]) -> str:
 def _aware(t: Any) -> dt.datetime:
     assert isinstance(t, dt.datetime)
     return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
-
-
-def _all_locations(manifest: lance.LanceDataset) -> set[str]:
-    out: set[str] = set()
-    for info in manifest.versions():
-        table = manifest.checkout_version(info["version"]).to_table(
-            columns=["location"], filter="object_type = 'table'"
-        )
-        out.update(x for x in table.column("location").to_pylist() if x)
-    return out

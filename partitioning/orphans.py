@@ -13,7 +13,7 @@ Three kinds, none of them visible to readers that honour ``__manifest``:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,26 +45,46 @@ def _listing(uri: str) -> tuple[pafs.FileSystem, str, list[pafs.FileInfo]]:
     return fs, path, infos
 
 
-def _read_versions_in_all_manifest_versions(
+def recorded_read_versions(
     root: str, storage_options: Mapping[str, str] | None
-) -> dict[str, set[int | None]]:
+) -> dict[int, dict[str, set[int | None]]]:
+    """For every ``__manifest`` version: table location -> the read_versions it records."""
     uri = join_uri(root, MANIFEST_DIR)
     latest = lance.dataset(uri, storage_options=dict(storage_options) if storage_options else None)
-    seen: dict[str, set[int | None]] = {}
+    out: dict[int, dict[str, set[int | None]]] = {}
     for info in latest.versions():
         ds = latest.checkout_version(info["version"])
         table = ds.to_table(columns=["location", "read_version"], filter="object_type = 'table'")
+        seen = out.setdefault(info["version"], {})
         for row in table.to_pylist():
             if row["location"]:
                 seen.setdefault(row["location"], set()).add(row["read_version"])
-    return seen
+    return out
 
 
-def find_orphans(root: str, storage_options: Mapping[str, str] | None = None) -> list[Orphan]:
-    """Everything under ``root`` that no ``__manifest`` version makes readable."""
+def merged(recorded: Iterable[Mapping[str, set[int | None]]]) -> dict[str, set[int | None]]:
+    out: dict[str, set[int | None]] = {}
+    for per_version in recorded:
+        for location, versions in per_version.items():
+            out.setdefault(location, set()).update(versions)
+    return out
+
+
+def find_orphans(
+    root: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    recorded: Mapping[int, Mapping[str, set[int | None]]] | None = None,
+) -> list[Orphan]:
+    """Everything under ``root`` that no ``__manifest`` version makes readable.
+
+    ``recorded`` is :func:`recorded_read_versions` when the caller has it already.
+    """
     opts = dict(storage_options) if storage_options else None
     out: list[Orphan] = []
-    known = _read_versions_in_all_manifest_versions(root, storage_options)
+    if recorded is None:
+        recorded = recorded_read_versions(root, storage_options)
+    known = merged(recorded.values())
     _, _, entries = _listing(root)
     for info in entries:
         name = info.base_name

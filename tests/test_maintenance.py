@@ -588,13 +588,13 @@ def test_jobs_compact_delete_and_vacuum_print_their_summaries(spark, job_root, c
     files = _files(root)
     argv = ["--root", root, "--allow-short-retention", "--retain-hours", "0"]
     assert vacuum_job.main([*argv, "--dry-run"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    lines = capsys.readouterr().out.rstrip().splitlines()
     assert f"  table_dir {fr.uri} (no retained __manifest version refers to it)" in lines
     assert lines[-1] == f"vacuum {root}: would delete {len(lines) - 1} items"
     assert _files(root) == files
 
     assert vacuum_job.main(argv) == 0
-    deleted = capsys.readouterr().out.strip().splitlines()
+    deleted = capsys.readouterr().out.rstrip().splitlines()
     assert deleted[-1] == f"vacuum {root}: deleted {len(lines) - 1} items"
     assert deleted[:-1] == lines[:-1]
     assert not os.path.exists(fr.uri)
