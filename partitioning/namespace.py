@@ -457,8 +457,10 @@ class PartitionedNamespace:
         """Apply ``change`` to the latest schema and store it with an optimistic check.
 
         The ``schema`` property is set on the version ``change`` read, so a concurrent
-        schema change makes this one retry; then every ``v<N>`` row is rewritten so that
-        writes begun under the old schema conflict, re-read and refuse to commit.
+        schema change makes this one retry. Then every ``v<N>`` row is rewritten (best
+        effort: the schema change has already happened) so that writes begun under the old
+        schema conflict, re-read and refuse to commit; a write that commits before that
+        simply happened before the change, and reads reconcile its partitions by field id.
         """
         last: ConcurrentModification | None = None
         for _ in range(max_retries + 1):
