@@ -19,7 +19,6 @@ from typing import Any
 
 import lance
 import pyarrow as pa
-import pyarrow.fs as pafs
 from lance.fragment import FragmentMetadata, write_fragments
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
@@ -30,7 +29,7 @@ from partitioning.filters import (
     to_arrow_expression,
     to_sql,
 )
-from partitioning.manifest import MANIFEST_DIR, join_uri
+from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
 from partitioning.orphans import find_orphans, merged, recorded_read_versions
 from partitioning.schema import NamespaceSchema
@@ -378,12 +377,12 @@ def vacuum(
     oldest_manifest = kept_versions[0] if kept_versions else None
     planned: list[str] = []
     actions: list[Any] = []
-    fs, _ = pafs.FileSystem.from_uri(ns.root)
+    fs, _ = filesystem_of(ns.root)
 
     for orphan in find_orphans(ns.root, ns.storage_options, recorded=recorded):
         if orphan.kind == "version":
             continue  # handled per table below
-        path = pafs.FileSystem.from_uri(orphan.uri)[1]
+        path = filesystem_of(orphan.uri)[1]
         info = fs.get_file_info(path)
         if info.mtime is not None and _aware(info.mtime) >= cutoff:
             continue
@@ -396,7 +395,7 @@ def vacuum(
         uri = join_uri(ns.root, location)
         if location not in retained and location not in latest_locations:
             planned.append(f"table_dir {uri} (no retained __manifest version refers to it)")
-            actions.append(("delete_dir", pafs.FileSystem.from_uri(uri)[1]))
+            actions.append(("delete_dir", filesystem_of(uri)[1]))
             continue
         needed = retained.get(location, set())
         if None in needed or not needed:

@@ -8,10 +8,12 @@ table metadata, and writes rows with ``merge_insert`` on ``object_id``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 import lance
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from partitioning.errors import NamespaceAlreadyExists, NamespaceNotFound, translate_lance_errors
 
@@ -38,6 +40,13 @@ VERSION_FIELDS = (
 def join_uri(root: str, name: str) -> str:
     """``root/name`` for local paths and object-store URIs alike."""
     return f"{root.rstrip('/')}/{name}"
+
+
+def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The Arrow filesystem and path of a URI; a plain path (relative ones too) is local."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    return pafs.FileSystem.from_uri(uri)
 
 
 def partition_column(field_id: str) -> str:

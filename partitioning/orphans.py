@@ -20,7 +20,7 @@ from typing import Literal
 import lance
 import pyarrow.fs as pafs
 
-from partitioning.manifest import MANIFEST_DIR, join_uri
+from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
 _TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+(\$[^/]*)*\$dataset$")
@@ -37,7 +37,7 @@ class Orphan:
 
 
 def _listing(uri: str) -> tuple[pafs.FileSystem, str, list[pafs.FileInfo]]:
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = filesystem_of(uri)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except FileNotFoundError:

@@ -633,3 +633,19 @@ def test_jobs_bad_input_is_one_error_line_and_exit_2(request, job_root, capsys, 
     assert captured.out == ""
     assert PartitionedNamespace.load(root).manifest_version == v
     assert _files(root) == files
+
+
+def test_vacuum_and_orphans_accept_a_relative_root(tmp_path, monkeypatch):
+    """A root given as a relative path (as the jobs' docstrings show) works for vacuum and orphans."""
+    monkeypatch.chdir(tmp_path)
+    ns = PartitionedNamespace.create("warehouse/rel", SCHEMA, ["country"])
+    _write(ns, [(1, "US", 10), (2, "CN", 20)])
+    _write(ns, [(3, "US", 30)])
+    assert ns.orphans() == []
+    report = vacuum("warehouse/rel", dt.timedelta(0), allow_short_retention=True)
+    (us,) = [p for p in ns.partitions() if p.values["country"] == "US"]
+    assert report.deleted == (
+        f"versions {us.uri} 1 (no retained read_version)",
+        f"versions warehouse/rel/__manifest 1-{ns.manifest_version - 1}",
+    )
+    assert _rows(PartitionedNamespace.load("warehouse/rel")) == [(1, "US", 10), (2, "CN", 20), (3, "US", 30)]
