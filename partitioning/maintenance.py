@@ -33,7 +33,15 @@ from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
 from partitioning.orphans import find_orphans, merged, recorded_read_versions
 from partitioning.schema import NamespaceSchema
-from partitioning.tables import align_schema, as_latest, dataset_columns, is_aligned, renumber, rewrite_fragments
+from partitioning.tables import (
+    align_schema,
+    as_latest,
+    dataset_columns,
+    is_aligned,
+    reconcile,
+    renumber,
+    rewrite_fragments,
+)
 
 __all__ = [
     "CompactionResult",
@@ -262,7 +270,8 @@ def drop_partitions(root: str | PartitionedNamespace, filter: str) -> Maintenanc
         raise InvalidInput("drop_partitions needs a filter on identity partition columns, e.g. \"country = 'US'\"")
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
-        doomed = [t.object_id for t in ns.plan_scan(f) if _whole_table_matches(ns, _table(ns, t.object_id), f)]
+        tables = {t.object_id: t for t in ns.partitions()}
+        doomed = [t.object_id for t in ns.plan_scan(f) if _whole_table_matches(ns, tables[t.object_id], f)]
         if not doomed:
             return MaintenanceReport("drop_partitions", ns.root, ns.manifest_version)
         try:
@@ -283,11 +292,7 @@ def _has_matches(
     needed = sorted(columns_of(f))
     with translate_lance_errors(f"scan {uri}"):
         table = ds.to_table(columns=[mapping[c] for c in needed if c in mapping])
-    columns = {
-        c: table.column(mapping[c]) if c in mapping else pa.nulls(table.num_rows, schema.arrow.field(c).type)
-        for c in needed
-    }
-    view = pa.table({c: col.cast(schema.arrow.field(c).type) for c, col in columns.items()})
+    view = reconcile(table, mapping, needed, schema, uri)
     return view.filter(to_arrow_expression(f)).num_rows > 0
 
 
@@ -304,6 +309,7 @@ def delete_rows(root: str | PartitionedNamespace, filter: str) -> MaintenanceRep
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
         schema = ns.namespace_schema
+        tables = {t.object_id: t for t in ns.partitions()}
         commits, rows = [], 0
         for task in ns.plan_scan(f):
             if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
@@ -318,7 +324,7 @@ def delete_rows(root: str | PartitionedNamespace, filter: str) -> MaintenanceRep
                 head.delete(to_sql(f))
             removed = before - head.count_rows()
             if removed:
-                table = _table(ns, task.object_id)
+                table = tables[task.object_id]
                 commits.append(TableCommit(table.spec_id, table.values, table.location, head.version, table.object_id))
                 rows += removed
         if not commits:
@@ -455,13 +461,6 @@ def optimize_manifest(root: str | PartitionedNamespace) -> MaintenanceReport:
 # -- helpers --------------------------------------------------------------------------------------
 def _namespace(root: str | PartitionedNamespace) -> PartitionedNamespace:
     return root if isinstance(root, PartitionedNamespace) else PartitionedNamespace.load(root)
-
-
-def _table(ns: PartitionedNamespace, object_id: str) -> PartitionTable:
-    for t in ns.partitions():
-        if t.object_id == object_id:
-            return t
-    raise ConcurrentModification(f"partition table {object_id} disappeared during the operation")
 
 
 def _open(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:

@@ -22,6 +22,7 @@ from typing import Any
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata, write_fragments
 from lance.schema import LanceSchema
@@ -35,6 +36,7 @@ __all__ = [
     "commit_version",
     "dataset_columns",
     "is_aligned",
+    "reconcile",
     "renumber",
     "replace_fragments",
     "rewrite_fragments",
@@ -79,6 +81,31 @@ def dataset_columns(dataset_schema: pa.Schema, schema: NamespaceSchema) -> dict[
         elif f.name in untagged:
             out[f.name] = f.name
     return out
+
+
+def reconcile(
+    table: pa.Table, mapping: Mapping[str, str], needed: Sequence[str], schema: NamespaceSchema, object_id: str
+) -> pa.Table:
+    """Rows read from a partition dataset, shaped as the namespace's ``needed`` columns:
+    ``mapping`` (see :func:`dataset_columns`) finds each column, a missing one is NULL,
+    and a narrower type is cast."""
+    columns = []
+    for name in needed:
+        target = schema.arrow.field(name)
+        if name not in mapping:
+            columns.append(pa.nulls(table.num_rows, target.type))
+            continue
+        col = table.column(mapping[name])
+        if col.type != target.type:
+            try:
+                col = pc.cast(col, target.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaError(
+                    f"column {name!r} of partition table {object_id}: cannot cast {col.type} to {target.type}"
+                ) from exc
+        columns.append(col)
+    fields = [pa.field(n, schema.arrow.field(n).type) for n in needed]
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
 def is_aligned(dataset: lance.LanceDataset, schema: NamespaceSchema) -> bool:

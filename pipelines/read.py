@@ -18,7 +18,6 @@ from typing import Any
 
 import lance
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import datasource as ds
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -42,7 +41,7 @@ from partitioning.filters import (
 from partitioning.namespace import PartitionedNamespace, open_partition_table
 from partitioning.scan import ScanTask
 from partitioning.schema import NamespaceSchema
-from partitioning.tables import dataset_columns
+from partitioning.tables import dataset_columns, reconcile
 from pipelines.schema import spark_schema
 
 __all__ = ["LanceInputPartition", "LancePartitionedReader", "TableSlice", "read_partitioned", "read_schema"]
@@ -245,32 +244,10 @@ def read_table(
         batches = scanner.to_batches()
     out_schema = pa.schema([schema.arrow.field(c) for c in output])
     for batch in batches:
-        table = _reconcile(pa.Table.from_batches([batch]), mapping, needed, schema, partition.object_id)
+        table = reconcile(pa.Table.from_batches([batch]), mapping, needed, schema, partition.object_id)
         if not pushable and not isinstance(f, TrueFilter):
             table = table.filter(to_arrow_expression(f))
         yield from table.select(list(output)).cast(out_schema).to_batches()
-
-
-def _reconcile(
-    table: pa.Table, mapping: Mapping[str, str], needed: Sequence[str], schema: NamespaceSchema, object_id: str
-) -> pa.Table:
-    columns = []
-    for name in needed:
-        target = schema.arrow.field(name)
-        if name not in mapping:
-            columns.append(pa.nulls(table.num_rows, target.type))
-            continue
-        col = table.column(mapping[name])
-        if col.type != target.type:
-            try:
-                col = pc.cast(col, target.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise SchemaError(
-                    f"column {name!r} of partition table {object_id}: cannot cast {col.type} to {target.type}"
-                ) from exc
-        columns.append(col)
-    fields = [pa.field(n, schema.arrow.field(n).type) for n in needed]
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
 def read_partitioned(
