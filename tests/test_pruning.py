@@ -683,36 +683,46 @@ def matching(f: Filter, rows: Iterable[Mapping[str, Any]]) -> set[int]:
     return {r["rid"] for r in rows if sql_eval(f, r) is True}
 
 
-@pytest.mark.slow
-@settings(
-    max_examples=40,
+SOUNDNESS = settings(
     deadline=None,
     database=None,
     derandomize=True,
     phases=(Phase.explicit, Phase.generate),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+def lost_rows(
+    ns: PartitionedNamespace, rows: Sequence[Mapping[str, Any]], filters: Sequence[Filter], label: str
+) -> list[str]:
+    """Check every table reads back its rows, then list each filter whose plan misses a match."""
+    rows_of = {p.object_id: ns.open_table(p).to_table().to_pylist() for p in ns.partitions()}
+    stored = sorted((r for rs in rows_of.values() for r in rs), key=lambda r: r["rid"])
+    assert stored == pa.Table.from_pylist(list(rows), schema=PROP_SCHEMA).to_pylist(), (
+        f"{label}: the written rows do not read back"
+    )
+    failures = []
+    for f in filters:
+        expected = matching(f, rows)
+        kept = {t.object_id for t in ns.plan_scan(f)}
+        got = matching(f, (r for oid in kept for r in rows_of[oid]))
+        if got != expected:
+            lost = [r for r in rows if r["rid"] in expected - got]
+            failures.append(f"{label}: filter {to_sql(f)} lost rows {lost}")
+    return failures
+
+
+@pytest.mark.slow
+@settings(SOUNDNESS, max_examples=40)
 @given(rows=row_lists(), data=st.data())
 def test_pruning_is_sound(rows: list[dict[str, Any]], data: st.DataObject) -> None:
     """Rows matching a filter in the whole namespace all live in the tables the plan keeps."""
-    table = pa.Table.from_pylist(rows, schema=PROP_SCHEMA)
     filters = [data.draw(filters_for(rows), label=f"filter{k}") for k in range(8)]
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, layout in LAYOUTS.items():
             ns = make_ns(Path(tmp) / name, PROP_SCHEMA, layout, rows)
-            rows_of: dict[str, list[dict[str, Any]]] = {
-                p.object_id: ns.open_table(p).to_table().to_pylist() for p in ns.partitions()
-            }
-            stored = sorted((r for rs in rows_of.values() for r in rs), key=lambda r: r["rid"])
-            assert stored == table.to_pylist(), f"layout {name}: the written rows do not read back"
-            for f in filters:
-                expected = matching(f, rows)
-                kept = {t.object_id for t in ns.plan_scan(f)}
-                got = matching(f, (r for oid in kept for r in rows_of[oid]))
-                if got != expected:
-                    lost = [r for r in rows if r["rid"] in expected - got]
-                    failures.append(f"layout {name} ({layout}): filter {to_sql(f)} lost rows {lost}")
+            failures += lost_rows(ns, rows, filters, f"layout {name} ({layout})")
     assert not failures, "\n".join(failures)
 
 
@@ -744,14 +754,7 @@ def _aliased(layout: str) -> list[str]:
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=25,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=(Phase.explicit, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@settings(SOUNDNESS, max_examples=25)
 @given(rows=row_lists(), history=version_histories(), data=st.data())
 def test_pruning_is_sound_across_spec_versions(
     rows: list[dict[str, Any]], history: list[str], data: st.DataObject
@@ -768,17 +771,7 @@ def test_pruning_is_sound_across_spec_versions(
             if chunk:
                 write_table(ns, pa.Table.from_pylist(chunk, schema=PROP_SCHEMA))
         assert sorted(ns.specs) == list(range(1, len(history) + 1))
-        rows_of = {p.object_id: ns.open_table(p).to_table().to_pylist() for p in ns.partitions()}
-        stored = sorted((r for rs in rows_of.values() for r in rs), key=lambda r: r["rid"])
-        assert stored == pa.Table.from_pylist(rows, schema=PROP_SCHEMA).to_pylist()
-        failures = []
-        for f in filters:
-            expected = matching(f, rows)
-            kept = {t.object_id for t in ns.plan_scan(f)}
-            got = matching(f, (r for oid in kept for r in rows_of[oid]))
-            if got != expected:
-                lost = [r for r in rows if r["rid"] in expected - got]
-                failures.append(f"versions {history}: filter {to_sql(f)} lost rows {lost}")
+        failures = lost_rows(ns, rows, filters, f"versions {history}")
     assert not failures, "\n".join(failures)
 
 
