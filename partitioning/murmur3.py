@@ -1,5 +1,9 @@
 """Vectorized murmur3 x86_32 (seed 0) over Arrow arrays, with SPEC-NOTES 7 byte rules.
 
+Which bytes each Arrow type hashes is decided in one place, :func:`unhashable_reason`:
+a type is hashed only where SPEC-NOTES 7 and the Lance Rust extension (arrow-rs) agree
+on its bytes; the others are refused when a spec is created.
+
 The hash works on whole columns with numpy ``uint32`` arithmetic (which wraps, as
 murmur3 needs): fixed-width values are hashed as one or two 4-byte blocks, and
 variable-length values are hashed block by block across all rows at once, rows
@@ -24,13 +28,89 @@ _C2 = np.uint32(0x1B873593)
 _TAIL_MASK = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF], dtype=np.uint32)
 
 __all__ = [
+    "HASHABLE_TYPES",
     "bucket",
+    "decimal_display",
+    "format_time_of_day",
     "hash_bytes",
     "murmur3",
     "murmur3_multi",
     "murmur3_scalar",
+    "time_display",
     "to_hash_bytes",
+    "unhashable_reason",
 ]
+
+HASHABLE_TYPES = (
+    "int8..int64, uint8..uint64, float32, float64, decimal (scale >= 0), utf8, large_utf8, utf8_view, "
+    "dictionary of strings, binary, large_binary, boolean, date32, date64, timestamp, time32, time64"
+)
+_NANOS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+_NANOS_PER_DAY = 86_400 * 1_000_000_000
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def unhashable_reason(t: pa.DataType) -> str | None:
+    """Why values of Arrow type ``t`` cannot be hashed, or None when their bytes are fixed.
+
+    Hashed (SPEC-NOTES 7, as the Lance Rust extension ``scalar_to_bytes`` does):
+
+    - ints, float32, float64, date32, date64, timestamps: native width, little-endian;
+    - utf8, large_utf8, utf8_view and dictionaries of them: the UTF-8 bytes (the
+      extension hashes a view or dictionary by its display string, which is the string);
+    - binary, large_binary: the raw bytes;
+    - boolean, decimal with scale >= 0, time32, time64: the UTF-8 of arrow-rs's display
+      string (``"true"``, ``"1.50"``, ``"10:30:00.500"``), as DataFusion's
+      ``CAST(x AS VARCHAR)`` prints it.
+
+    Refused, because the two rules disagree and neither is clearly the spec's:
+
+    - float16: SPEC-NOTES 7 hashes floats by their native bytes, but the extension has
+      no float16 case and hashes arrow-rs's display string (``"0.099975586"``);
+    - fixed_size_binary, binary_view: "binary hashes its raw bytes" against the
+      extension's display string of them (hex);
+    - dictionaries of non-strings: a dictionary is an encoding of its values (native
+      bytes), but the extension hashes the display string (``"5"``, not 4 bytes);
+    - decimals with a negative scale: arrow-rs prints the unscaled digits padded with
+      zeros (``"000"`` for 0 at scale -2), other Arrow libraries print ``"0E+2"``.
+
+    Every other type (null, nested, duration, interval, ...) has no rule.
+    """
+    if pa.types.is_float16(t):
+        return "refused: SPEC-NOTES 7 hashes floats by their native bytes, the Lance extension by display string"
+    if pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t):
+        return "refused: SPEC-NOTES 7 hashes binary as raw bytes, the Lance extension this type's display string"
+    if pa.types.is_dictionary(t):
+        if _is_text(t.value_type):
+            return None
+        return "refused: only dictionaries of strings hash as their values, the Lance extension hashes display strings"
+    if pa.types.is_decimal(t) and t.scale < 0:
+        return "refused: decimals with a negative scale have no agreed display string"
+    if (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_time(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_boolean(t)
+        or _is_text(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    ):
+        return None
+    return "no hash rule for this type"
+
+
+def _check_hashable(t: pa.DataType) -> None:
+    if pa.types.is_null(t):
+        return
+    reason = unhashable_reason(t)
+    if reason is not None:
+        raise SpecError(f"murmur3: values of type {t} cannot be hashed ({reason}); hashable types: {HASHABLE_TYPES}")
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
@@ -112,9 +192,7 @@ def _numpy_values(arr: pa.Array, dtype: np.dtype) -> np.ndarray:
 
 
 def _fixed_dtype(t: pa.DataType) -> np.dtype | None:
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        if pa.types.is_float16(t):
-            return np.dtype(np.uint16)
+    if pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t):
         return np.dtype(t.to_pandas_dtype())
     if pa.types.is_date32(t):
         return np.dtype(np.int32)
@@ -136,20 +214,61 @@ def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 def _as_bytes_array(arr: pa.Array) -> pa.Array:
     """Binary view of variable-length values, per SPEC-NOTES 7 (display string otherwise)."""
     t = arr.type
+    _check_hashable(t)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return arr.view(pa.large_binary() if pa.types.is_large_string(t) else pa.binary())
+    if pa.types.is_string_view(t):
+        return arr.cast(pa.large_string()).view(pa.large_binary())
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return arr
-    if pa.types.is_fixed_size_binary(t):
-        return arr.cast(pa.binary())
     if pa.types.is_dictionary(t):
-        return _as_bytes_array(arr.dictionary_decode())
+        return _as_bytes_array(_decode(arr))
     if pa.types.is_decimal(t):
         return decimal_display(arr).view(pa.binary())
-    try:
-        return pc.cast(arr, pa.string()).view(pa.binary())
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
-        raise SpecError(f"murmur3: values of type {t} cannot be hashed") from exc
+    if pa.types.is_time(t):
+        return time_display(arr).view(pa.binary())
+    if pa.types.is_boolean(t):
+        return pc.if_else(arr, b"true", b"false")
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), pa.binary())
+    raise SpecError(f"murmur3: values of type {t} cannot be hashed; hashable types: {HASHABLE_TYPES}")
+
+
+def _decode(arr: pa.DictionaryArray) -> pa.Array:
+    """The values of a dictionary array (string views are taken as large strings; Arrow cannot take views)."""
+    if pa.types.is_string_view(arr.type.value_type):
+        arr = pa.DictionaryArray.from_arrays(arr.indices, arr.dictionary.cast(pa.large_string()))
+    return arr.dictionary_decode()
+
+
+def format_time_of_day(nanos: int) -> str:
+    """arrow-rs's display of a time of day (chrono): ``HH:MM:SS`` plus 3, 6 or 9 fraction digits.
+
+    The fraction is omitted when zero and otherwise printed with the fewest of 3, 6 or
+    9 digits that hold it exactly, whatever the column's unit (``10:30:00.500``).
+    """
+    if not 0 <= nanos < _NANOS_PER_DAY:
+        raise SpecError(f"murmur3: time of day {nanos} ns is outside 00:00:00-23:59:59.999999999")
+    seconds, frac = divmod(nanos, 1_000_000_000)
+    text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    if frac == 0:
+        return text
+    if frac % 1_000_000 == 0:
+        return f"{text}.{frac // 1_000_000:03d}"
+    if frac % 1_000 == 0:
+        return f"{text}.{frac // 1_000:06d}"
+    return f"{text}.{frac:09d}"
+
+
+def time_display(arr: pa.Array) -> pa.Array:
+    """time32/time64 values as arrow-rs display strings (see :func:`format_time_of_day`)."""
+    t = arr.type
+    raw = pc.fill_null(arr.view(pa.int32() if t.bit_width == 32 else pa.int64()), 0).to_numpy()
+    nanos = raw.astype(np.int64) * _NANOS_PER_UNIT[t.unit]
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return pa.array(
+        [format_time_of_day(int(n)) if ok else None for n, ok in zip(nanos, valid, strict=True)], pa.string()
+    )
 
 
 def decimal_display(arr: pa.Array) -> pa.Array:
@@ -181,6 +300,7 @@ def decimal_display(arr: pa.Array) -> pa.Array:
 def to_hash_bytes(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The exact bytes murmur3 hashes for each value (nulls stay null), as a binary array."""
     arr = _combine(arr)
+    _check_hashable(arr.type)
     dtype = _fixed_dtype(arr.type)
     if dtype is None:
         return _as_bytes_array(arr)
@@ -212,8 +332,9 @@ def _with_validity(hashes: np.ndarray, arr: pa.Array) -> pa.Array:
 def murmur3(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Signed int32 murmur3 of each value; NULL maps to NULL."""
     arr = _combine(arr)
+    _check_hashable(arr.type)
     if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+        arr = _decode(arr)
     dtype = _fixed_dtype(arr.type)
     if dtype is not None:
         hashes = _hash_fixed(_numpy_values(arr, dtype))

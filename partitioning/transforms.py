@@ -47,23 +47,56 @@ def _is_atomic(t: pa.DataType) -> bool:
 
 
 def is_hashable_type(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-        or pa.types.is_boolean(t)
-    )
+    """Whether murmur3 has agreed bytes for values of ``t`` (see :func:`murmur3.unhashable_reason`)."""
+    return m3.unhashable_reason(t) is None
 
 
 def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+_CANONICAL_NAN_BITS: dict[int, tuple[np.dtype, np.dtype, int]] = {
+    16: (np.dtype(np.float16), np.dtype(np.uint16), 0x7E00),
+    32: (np.dtype(np.float32), np.dtype(np.uint32), 0x7FC0_0000),
+    64: (np.dtype(np.float64), np.dtype(np.uint64), 0x7FF8_0000_0000_0000),
+}
+
+
+def canonical_floats(arr: pa.Array) -> pa.Array:
+    """Float values with -0.0 as 0.0 and every NaN as the canonical quiet NaN; NULLs stay.
+
+    Spark compares -0.0 = 0.0 and NaN = NaN, so an ``identity`` partition value must be
+    one value for each: Spark's ``Double.NaN``/``Float.NaN`` bits (and float16's 0x7E00).
+    """
+    t = arr.type
+    if len(arr) == 0:
+        return arr
+    float_dtype, bits_dtype, nan_bits = _CANONICAL_NAN_BITS[t.bit_width]
+    count = arr.offset + len(arr)
+    bits = np.frombuffer(arr.buffers()[1], dtype=bits_dtype, count=count)
+    values = bits.view(float_dtype)
+    out = np.where(np.isnan(values), bits_dtype.type(nan_bits), np.where(values == 0, bits_dtype.type(0), bits))
+    return pa.Array.from_buffers(
+        t,
+        len(arr),
+        [arr.buffers()[0], pa.py_buffer(out.astype(bits_dtype))],
+        null_count=arr.null_count,
+        offset=arr.offset,
+    )
+
+
+CANONICAL_NAN = float("nan")
+"""The one NaN object scalar partition values use, so tuples holding it are equal dict keys."""
+
+
+def canonical_float(value: Any) -> Any:
+    """The scalar form of :func:`canonical_floats`: -0.0 becomes 0.0 and any NaN :data:`CANONICAL_NAN`."""
+    if isinstance(value, float):
+        if value != value:
+            return CANONICAL_NAN
+        if value == 0.0:
+            return 0.0
+    return value
 
 
 def _is_binary(t: pa.DataType) -> bool:
@@ -102,13 +135,18 @@ class Transform(ABC):
             raise SpecError(f"{self} needs at least one source column")
         for f in sources:
             if not self.accepts(f.type):
+                why = self.refusal_reason(f.type)
                 raise SpecError(
-                    f"transform {self} cannot be applied to column {f.name!r} of type {f.type}; "
-                    f"{self.name} accepts {self.accepted_types}"
+                    f"transform {self} cannot be applied to column {f.name!r} of type {f.type}"
+                    f"{f' ({why})' if why else ''}; {self.name} accepts {self.accepted_types}"
                 )
 
     @abstractmethod
     def accepts(self, t: pa.DataType) -> bool: ...
+
+    def refusal_reason(self, t: pa.DataType) -> str | None:
+        """Why a type this transform does not accept is refused, when there is more to say."""
+        return None
 
     accepted_types: ClassVar[str]
 
@@ -149,10 +187,11 @@ class IdentityTransform(Transform):
         return "col0"
 
     def apply(self, *arrays: pa.Array | pa.ChunkedArray) -> pa.Array:
-        return _combine(arrays[0])
+        arr = _combine(arrays[0])
+        return canonical_floats(arr) if pa.types.is_floating(arr.type) else arr
 
     def apply_scalar(self, values: Sequence[Any], types: Sequence[pa.DataType]) -> Any:
-        return values[0]
+        return canonical_float(values[0]) if pa.types.is_floating(types[0]) else values[0]
 
     @property
     def preserves_order(self) -> bool:
@@ -248,6 +287,11 @@ class HourTransform(_TimeTransform):
 
 def scalar_hash_bytes(value: Any, t: pa.DataType) -> bytes:
     """The bytes murmur3 hashes for one Python value of Arrow type ``t`` (SPEC-NOTES 7)."""
+    reason = m3.unhashable_reason(t)
+    if reason is not None:
+        raise SpecError(f"values of type {t} cannot be hashed ({reason}); hashable types: {m3.HASHABLE_TYPES}")
+    if pa.types.is_dictionary(t):
+        t = t.value_type
     if pa.types.is_integer(t):
         return int(value).to_bytes(t.bit_width // 8, "little", signed=pa.types.is_signed_integer(t))
     if pa.types.is_float32(t):
@@ -270,16 +314,25 @@ def scalar_hash_bytes(value: Any, t: pa.DataType) -> bytes:
         else:
             raw = int(value)
         return raw.to_bytes(8, "little", signed=True)
-    if _is_string(t):
+    if pa.types.is_time(t):
+        if isinstance(value, dt.time):
+            micros = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+            nanos = micros * 1_000
+        else:
+            nanos = int(value) * 1_000_000_000 // _UNIT_PER_SECOND[t.unit]
+        return m3.format_time_of_day(nanos).encode()
+    if _is_string(t) or pa.types.is_string_view(t):
         return str(value).encode("utf-8")
-    if _is_binary(t) or pa.types.is_fixed_size_binary(t):
+    if _is_binary(t):
         return bytes(value)
     if pa.types.is_boolean(t):
         return b"true" if value else b"false"
     if pa.types.is_decimal(t):
-        q = decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-t.scale))
+        with decimal.localcontext() as ctx:
+            ctx.prec = 100
+            q = decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-t.scale))
         return format(q, "f").encode()
-    raise SpecError(f"values of type {t} cannot be hashed")
+    raise SpecError(f"values of type {t} cannot be hashed; hashable types: {m3.HASHABLE_TYPES}")
 
 
 def _scalar_murmur3(values: Sequence[Any], types: Sequence[pa.DataType]) -> int | None:
@@ -291,9 +344,7 @@ def _scalar_murmur3(values: Sequence[Any], types: Sequence[pa.DataType]) -> int 
 
 class _BucketBase(Transform):
     num_buckets: int
-    accepted_types: ClassVar[str] = (
-        "int, long, short, byte, float, double, decimal, string, binary, boolean, date, timestamp"
-    )
+    accepted_types: ClassVar[str] = m3.HASHABLE_TYPES
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_buckets, int) or isinstance(self.num_buckets, bool) or self.num_buckets < 1:
@@ -307,6 +358,10 @@ class _BucketBase(Transform):
 
     def accepts(self, t: pa.DataType) -> bool:
         return is_hashable_type(t)
+
+    def refusal_reason(self, t: pa.DataType) -> str | None:
+        reason = m3.unhashable_reason(t)
+        return reason if reason is not None and reason.startswith("refused") else None
 
     def apply_scalar(self, values: Sequence[Any], types: Sequence[pa.DataType]) -> Any:
         h = _scalar_murmur3(values, types)

@@ -63,7 +63,18 @@ def murmur3_multi(*cols: Column) -> Column:
     return murmur3_multi_column(*cols)
 
 
-def identity(col: Column) -> Column:
+def identity(col: Column, source_type: T.DataType | None = None) -> Column:
+    """The value unchanged, except floats: -0.0 becomes 0.0 and every NaN the canonical NaN.
+
+    Spark compares -0.0 = 0.0 and NaN = NaN, so each must be one partition value; this
+    matches :func:`partitioning.transforms.canonical_floats` bit for bit.
+    """
+    if isinstance(source_type, T.FloatType | T.DoubleType):
+        return (
+            F.when(F.isnan(col), F.lit(float("nan")).cast(source_type))
+            .when(col == F.lit(0.0).cast(source_type), F.lit(0.0).cast(source_type))
+            .otherwise(col)
+        )
     return col
 
 
@@ -127,7 +138,7 @@ def truncate(col: Column, width: int, source_type: T.DataType) -> Column:
 def transform_column(transform: Transform, cols: Sequence[Column], source_types: Sequence[T.DataType]) -> Column:
     """Apply a :class:`partitioning.transforms.Transform` to Spark columns."""
     if isinstance(transform, IdentityTransform):
-        return identity(cols[0])
+        return identity(cols[0], source_types[0])
     if isinstance(transform, YearTransform):
         return year(cols[0], source_types[0])
     if isinstance(transform, MonthTransform):
