@@ -10,6 +10,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from partitioning import PartitioningError
+from pipelines.spark_errors import spark_error_line
 
 EXIT_BAD_INPUT = 2
 
@@ -21,9 +22,8 @@ def run(body: Callable[[], None]) -> int:
     except PartitioningError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except PySparkException as exc:  # e.g. an input path that does not exist
-        text = str(exc).strip()
-        print(f"error: {text.splitlines()[0] if text else type(exc).__name__}", file=sys.stderr)
+    except PySparkException as exc:  # a task's error, or e.g. an input path that does not exist
+        print(f"error: {spark_error_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
 

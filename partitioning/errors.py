@@ -8,6 +8,7 @@ by bad input additionally subclass :class:`ValueError`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -58,6 +59,16 @@ class CorruptNamespace(PartitioningError, InvalidTableStateError):
     """The stored namespace metadata cannot be parsed (code 19)."""
 
 
+_RUST_LOCATION = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
+
+
+def first_line(exc: BaseException, limit: int = 400) -> str:
+    """The first line of an error's text, without Rust source locations, at most ``limit`` characters."""
+    text = _RUST_LOCATION.sub("", str(exc)).strip()
+    line = text.splitlines()[0].strip() if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 @contextmanager
 def translate_lance_errors(action: str) -> Iterator[None]:
     """Turn errors escaping pylance/pyarrow into one-line :class:`PartitioningError` s.
@@ -70,11 +81,11 @@ def translate_lance_errors(action: str) -> Iterator[None]:
     except PartitioningError:
         raise
     except FileNotFoundError as exc:
-        raise NamespaceNotFound(f"{action}: not found") from exc
+        raise NamespaceNotFound(f"{action}: not found ({first_line(exc)})") from exc
     except (OSError, RuntimeError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "not found" in first_line.lower() or "does not exist" in first_line.lower():
-            raise NamespaceNotFound(f"{action}: not found") from exc
-        if "conflict" in first_line.lower() or "concurrent" in first_line.lower():
-            raise ConcurrentModification(f"{action}: {first_line}") from exc
-        raise PartitioningError(f"{action}: {first_line}") from exc
+        line = first_line(exc)
+        if "not found" in line.lower() or "does not exist" in line.lower():
+            raise NamespaceNotFound(f"{action}: not found ({line})") from exc
+        if "conflict" in line.lower() or "concurrent" in line.lower():
+            raise ConcurrentModification(f"{action}: {line}") from exc
+        raise PartitioningError(f"{action}: {line}") from exc

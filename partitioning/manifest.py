@@ -15,7 +15,7 @@ import lance
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from partitioning.errors import NamespaceAlreadyExists, NamespaceNotFound, translate_lance_errors
+from partitioning.errors import InvalidInput, NamespaceAlreadyExists, NamespaceNotFound, translate_lance_errors
 
 MANIFEST_DIR = "__manifest"
 SCHEMA_KEY = "schema"
@@ -76,16 +76,28 @@ class ManifestStore:
         return True
 
     def dataset(self, version: int | None = None) -> lance.LanceDataset:
+        """``__manifest``, at ``version`` or the latest; a version it does not have is one
+        line naming the versions it has (``InvalidInput``), a missing root NamespaceNotFound."""
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+            raise InvalidInput(f"__manifest version must be a positive integer, got {version!r}")
         with translate_lance_errors(f"open {self.uri}"):
             try:
-                return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+                latest = lance.dataset(self.uri, storage_options=self.storage_options)
             except ValueError as exc:
-                if "was not found" in str(exc) or "not found" in str(exc).lower():
-                    raise NamespaceNotFound(
-                        f"no namespace at {self.root}: {self.uri} does not exist"
-                        + (f" at version {version}" if version is not None else "")
-                    ) from exc
+                if "not found" in str(exc).lower():
+                    raise NamespaceNotFound(f"no namespace at {self.root}: {self.uri} does not exist") from exc
                 raise
+            if version is None or version == latest.version:
+                return latest
+            try:
+                return latest.checkout_version(version)
+            except (ValueError, OSError) as exc:
+                versions = [v["version"] for v in latest.versions()] or [latest.version]
+                vacuumed = f" (versions before {min(versions)} were vacuumed)" if min(versions) > 1 else ""
+                raise InvalidInput(
+                    f"{self.root} has no __manifest version {version}; it has versions "
+                    f"{min(versions)}..{max(versions)}{vacuumed}"
+                ) from exc
 
     def create(self, rows: pa.Table, metadata: Mapping[str, str]) -> lance.LanceDataset:
         """Create ``__manifest`` with its first rows, then store the root properties."""

@@ -23,17 +23,17 @@ from typing import Any, TypeAlias
 import lance
 import pyarrow as pa
 
+from partitioning.binding import bind
 from partitioning.errors import (
     ConcurrentModification,
     CorruptNamespace,
     InvalidInput,
     NamespaceNotFound,
-    SchemaError,
     SpecError,
     TableNotFound,
     translate_lance_errors,
 )
-from partitioning.filters import Filter, columns_of, parse_filter
+from partitioning.filters import Dialect, Filter, parse_filter
 from partitioning.manifest import (
     SCHEMA_KEY,
     SPEC_KEY_PREFIX,
@@ -44,8 +44,9 @@ from partitioning.manifest import (
 )
 from partitioning.orphans import Orphan, find_orphans
 from partitioning.scan import ScanPlan, plan_tables
-from partitioning.schema import NamespaceSchema, parse_type
+from partitioning.schema import NamespaceSchema, field_id_of, parse_type
 from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.transforms import canonical_float
 
 __all__ = ["PartitionTable", "PartitionedNamespace", "TableCommit"]
 
@@ -57,11 +58,30 @@ DEFAULT_COMMIT_RETRIES = 8
 ColumnsLike: TypeAlias = pa.Schema | pa.Field | Sequence[pa.Field] | Mapping[str, pa.DataType | str]
 WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
 WRITE_ID_HISTORY = 100
+MAX_NAME_BYTES = 255
+BOUNDED_TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+_[a-z0-9]{16}$")
 
 
 def keyed_hex(seed: bytes, object_id: str) -> str:
     """The 8 lowercase hex digits of a new table's directory, derived like :func:`keyed_namespace_name`."""
     return hmac.new(seed, object_id.encode(), hashlib.sha256).hexdigest()[:8]
+
+
+def table_directory(seed: bytes, object_id: str) -> str:
+    """The directory name of a new partition table.
+
+    ``<8 hex>_<object_id>`` as pylance's DirectoryNamespace names tables, unless that
+    would pass the file-name limit of common file systems (:data:`MAX_NAME_BYTES`; a spec
+    of 14 or more fields does). Then it is the bounded ``<8 hex>_v<N>_<16 [a-z0-9]>``,
+    which does not encode the object id: readers always use the manifest's
+    ``location``, and commits carry the object id.
+    """
+    prefix = keyed_hex(seed, object_id)
+    name = f"{prefix}_{object_id}"
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    spec = object_id.split("$", 1)[0]
+    return f"{prefix}_{spec}_{keyed_namespace_name(seed, object_id, ())}"
 
 
 def keyed_namespace_name(seed: bytes, parent: str, prefix: PartitionKey) -> str:
@@ -110,7 +130,7 @@ class PartitionTable:
 
     @property
     def key(self) -> PartitionKey:
-        return tuple(self.values.values())
+        return tuple(canonical_float(v) for v in self.values.values())
 
 
 @dataclass(frozen=True)
@@ -132,18 +152,20 @@ class TableCommit:
 class LocationPlanner:
     """Where each partition of one spec lives; picklable, so executors can use it.
 
-    Existing partitions keep their location. A new one reuses existing ancestor
-    namespaces and names the missing levels with :func:`keyed_namespace_name`, so
-    all tasks of one write agree on the names of the namespaces they create.
+    Existing partitions keep their object id and location. A new one reuses existing
+    ancestor namespaces and names the missing levels with :func:`keyed_namespace_name`,
+    so all tasks of one write agree on the names of the namespaces they create. Its
+    directory is :func:`table_directory` of its object id.
     """
 
     spec_id: int
     field_ids: tuple[str, ...]
-    existing: Mapping[PartitionKey, str]
+    existing: Mapping[PartitionKey, tuple[str, str]]
     namespaces: Mapping[tuple[str, PartitionKey], str]
     seed: bytes
 
-    def location(self, key: PartitionKey) -> str:
+    def place(self, key: PartitionKey) -> tuple[str, str]:
+        """``(object_id, location)`` of the partition with ``key``."""
         found = self.existing.get(key)
         if found is not None:
             return found
@@ -154,7 +176,10 @@ class LocationPlanner:
             name = self.namespaces.get((parent, prefix))
             names.append(name if name is not None else keyed_namespace_name(self.seed, parent, prefix))
         object_id = "$".join([f"v{self.spec_id}", *names, TABLE_NAME])
-        return f"{keyed_hex(self.seed, object_id)}_{object_id}"
+        return object_id, table_directory(self.seed, object_id)
+
+    def location(self, key: PartitionKey) -> str:
+        return self.place(key)[1]
 
 
 @dataclass
@@ -241,6 +266,9 @@ class PartitionedNamespace:
             from partitioning.errors import NamespaceAlreadyExists
 
             raise NamespaceAlreadyExists(f"a namespace already exists at {root}; use PartitionedNamespace.load")
+        from partitioning.tables import check_new_root
+
+        check_new_root(root, storage_options)
         columns = {f.field_id: f.arrow_result_type(ns_schema) for f in first.fields}
         mschema = manifest_schema(columns)
         row: dict[str, Any] = dict.fromkeys(mschema.names)
@@ -301,13 +329,13 @@ class PartitionedNamespace:
         return list(self._state.tables)
 
     def find_partition(self, spec_id: int, values: Mapping[str, Any]) -> PartitionTable | None:
-        key = tuple(values.get(f.field_id) for f in self._spec(spec_id).fields)
+        key = tuple(canonical_float(values.get(f.field_id)) for f in self._spec(spec_id).fields)
         return self._state.by_key.get((spec_id, key))
 
     def location_planner(self, spec_id: int | None = None, *, seed: bytes | None = None) -> LocationPlanner:
         """A picklable planner of table locations for ``spec_id`` (default: the current spec)."""
         spec = self._spec(spec_id if spec_id is not None else self.current_spec.spec_id)
-        existing = {p.key: p.location for p in self._state.tables if p.spec_id == spec.spec_id}
+        existing = {p.key: (p.object_id, p.location) for p in self._state.tables if p.spec_id == spec.spec_id}
         return LocationPlanner(
             spec_id=spec.spec_id,
             field_ids=tuple(spec.field_ids),
@@ -318,7 +346,7 @@ class PartitionedNamespace:
 
     def new_table_location(self, spec_id: int, values: Mapping[str, Any], *, seed: bytes | None = None) -> str:
         """Where a partition's table is (or, if new, may be written); see :class:`LocationPlanner`."""
-        key = tuple(values.get(f.field_id) for f in self._spec(spec_id).fields)
+        key = tuple(canonical_float(values.get(f.field_id)) for f in self._spec(spec_id).fields)
         return self.location_planner(spec_id, seed=seed).location(key)
 
     def _namespace_index(self, spec_id: int) -> dict[tuple[str, PartitionKey], str]:
@@ -329,7 +357,7 @@ class PartitionedNamespace:
             if row["object_type"] != "namespace" or parts[0] != f"v{spec_id}" or len(parts) < 2:
                 continue
             level = len(parts) - 1
-            prefix = tuple(row.get(partition_column(f.field_id)) for f in spec.fields[:level])
+            prefix = tuple(canonical_float(row.get(partition_column(f.field_id))) for f in spec.fields[:level])
             index[("$".join(parts[:-1]), prefix)] = parts[-1]
         return index
 
@@ -572,7 +600,7 @@ class PartitionedNamespace:
         out: dict[str, dict[str, Any]] = {}
         for c in commits:
             spec = self._spec(c.spec_id)
-            key = tuple(c.values.get(f.field_id) for f in spec.fields)
+            key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
             current = self._state.by_key.get((c.spec_id, key))
             object_id = c.object_id or _object_id_from_location(c.location)
             if current is not None and current.object_id != object_id:
@@ -634,19 +662,30 @@ class PartitionedNamespace:
         value = format_partition_value(row.get(partition_column(level_field.field_id)))
         return {} if value is None else {f"partition.{level_field.field_id}": value}
 
-    def plan_scan(self, filter_sql: str | Filter | None = None) -> ScanPlan:
+    def plan_scan(
+        self, filter_sql: str | Filter | None = None, *, time_zone: str = "UTC", dialect: Dialect | None = None
+    ) -> ScanPlan:
         """The partition tables a filter must read (SPEC-NOTES 14), each at its recorded version.
 
-        ``filter_sql`` is SQL (``=, !=, <, <=, >, >=, IN, BETWEEN, IS [NOT] NULL, LIKE 'p%',
-        NOT, AND, OR`` with ``DATE '...'`` / ``TIMESTAMP '...'`` literals) or a parsed filter.
+        ``filter_sql`` is SQL or a parsed filter. Without ``dialect`` the text is read as
+        DataFusion SQL (what Lance scans apply), with zone-less timestamps in ``time_zone``
+        (default UTC); Spark callers pass their session's :class:`Dialect`. Parts the
+        pruner does not understand keep every table; they never fail the plan.
         """
-        f = filter_sql if filter_sql is not None and not isinstance(filter_sql, str) else parse_filter(filter_sql)
-        names = self._state.schema.arrow.names
-        unknown = sorted(columns_of(f) - set(names))
-        if unknown:
-            raise SchemaError(f"unknown column {unknown[0]!r} in filter; columns are: {', '.join(names)}")
+        d = dialect or Dialect.datafusion(time_zone)
+        if filter_sql is None or isinstance(filter_sql, str):
+            f = parse_filter(filter_sql, d, strict=False)
+        else:
+            f = filter_sql
+        residual = filter_sql if isinstance(filter_sql, str) and filter_sql.strip() else None
         return plan_tables(
-            self.root, self._state.manifest, self._state.specs, self._state.schema, f, self.manifest_version
+            self.root,
+            self._state.manifest,
+            self._state.specs,
+            self._state.schema,
+            bind(f, self._state.schema.arrow, d),
+            self.manifest_version,
+            residual=residual,
         )
 
     def orphans(self) -> list[Orphan]:
@@ -685,13 +724,20 @@ def open_partition_table(
     A tag alone names the version; a branch with a version reads that branch; NULLs
     mean the latest version on main.
     """
-    version: Any = read_version
+    opts = dict(storage_options) if storage_options else None
     if read_tag is not None:
-        version = read_tag
+        ref = f" at tag {read_tag!r}"
     elif read_branch is not None:
-        version = (read_branch, read_version)
-    with translate_lance_errors(f"open partition table {uri}"):
-        return lance.dataset(uri, version=version, storage_options=dict(storage_options) if storage_options else None)
+        ref = f" on branch {read_branch!r} at version {read_version}"
+    else:
+        ref = f" at version {read_version}" if read_version is not None else ""
+    with translate_lance_errors(f"open partition table {uri}{ref}"):
+        if read_tag is not None:
+            return lance.dataset(uri, version=read_tag, storage_options=opts)
+        if read_branch is not None:
+            # pylance 14 opens branches only by checking one out from the main dataset
+            return lance.dataset(uri, storage_options=opts).checkout_version((read_branch, read_version))
+        return lance.dataset(uri, version=read_version, storage_options=opts)
 
 
 def _show(value: Any) -> str:
@@ -706,6 +752,11 @@ def _spec_id_of(object_id: str) -> int:
 
 def _object_id_from_location(location: str) -> str:
     name = location.rstrip("/").rsplit("/", 1)[-1]
+    if BOUNDED_TABLE_DIR_RE.match(name):
+        raise InvalidInput(
+            f"table location {location!r} is a bounded name that does not encode its object id; "
+            "pass TableCommit(object_id=...)"
+        )
     prefix, sep, object_id = name.partition("_")
     if not sep or len(prefix) != 8:
         raise InvalidInput(f"table location {location!r} is not of the form <8 hex>_<object_id>")
@@ -731,6 +782,7 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
         if spec.spec_id != spec_id:
             raise CorruptNamespace(f"{root}: property {key} holds a spec with id {spec.spec_id}")
         specs[spec_id] = spec
+    _check_sources(root, schema, specs)
     expected = ["read_version", *(partition_column(f.field_id) for spec in specs.values() for f in spec.fields)]
     missing = [c for c in expected if c not in ds.schema.names]
     if missing:
@@ -746,6 +798,24 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
         specs=specs,
         manifest=ManifestStore.rows_of(ds),
     )
+
+
+def _check_sources(root: str, schema: NamespaceSchema, specs: Mapping[int, PartitionSpec]) -> None:
+    """Every source id of the current spec is a top-level column; an older spec's is one,
+    or an id the schema handed out and later dropped (``< next_field_id``)."""
+    top = {field_id_of(f): f.name for f in schema.arrow}
+    current = max(specs)
+    for spec_id, spec in sorted(specs.items()):
+        for f in spec.fields:
+            for sid in f.source_ids:
+                dropped = spec_id != current and 0 <= sid < schema.next_field_id and schema.field_by_id(sid) is None
+                if sid in top or dropped:
+                    continue
+                known = ", ".join(f"{name}={fid}" for fid, name in top.items())
+                raise CorruptNamespace(
+                    f"{root}: partition field {f.field_id!r} of spec v{spec_id} reads source id {sid}, which is not "
+                    f"a top-level column of the namespace schema ({known})"
+                )
 
 
 def _write_ids(row: Mapping[str, Any] | None) -> list[str]:

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
-_TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+(\$[^/]*)*\$dataset$")
+_TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+((\$[^/]*)*\$dataset|_[a-z0-9]{16})$")
 
 
 @dataclass(frozen=True)

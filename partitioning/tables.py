@@ -10,29 +10,43 @@ fragments' columns to the dataset's ids. Old fragments are never rewritten other
 Lance drops ``lance:field_id`` from the schemas it writes, so each top-level column of
 a partition dataset records its namespace id under ``lance_partitioned:field_id``.
 Datasets without it (built by other Lance clients) are matched by column name.
+
+Other Lance clients may commit to a partition dataset (its versions after the one the
+manifest records). ``__manifest`` is the source of truth: a write builds on the recorded
+version, so another client's appends, deletes or updates are not part of the new
+version (they stay in the dataset's history, nothing is deleted, and a warning names
+them), while the indexes it built are carried over when they are still valid for the
+new version (see :func:`carry_indexes`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from lance import LanceOperation
+from lance.dataset import Index
 from lance.fragment import FragmentMetadata, write_fragments
 from lance.schema import LanceSchema
 
-from partitioning.errors import ConcurrentModification, SchemaError, translate_lance_errors
+from partitioning.errors import ConcurrentModification, InvalidInput, SchemaError, translate_lance_errors
+from partitioning.manifest import filesystem_of
 from partitioning.schema import DATASET_FIELD_ID_KEY, NamespaceSchema, check_widening, dataset_field_id, field_id_of
 
 __all__ = [
     "align_schema",
     "as_latest",
+    "carry_indexes",
+    "check_namespace_root",
+    "check_new_root",
     "commit_version",
     "dataset_columns",
     "is_aligned",
@@ -44,6 +58,8 @@ __all__ = [
 ]
 
 DEFAULT_COMMIT_ATTEMPTS = 24
+COMMIT_MESSAGE = "lance_partitioned"
+_log = logging.getLogger(__name__)
 
 
 def write_new_fragments(
@@ -205,14 +221,21 @@ def _latest_or_none(uri: str, storage_options: Mapping[str, str] | None) -> lanc
 
 def as_latest(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
     """The dataset with ``version``'s content as its latest version (restored if others followed)."""
+    return restore_as_latest(uri, version, storage_options)[0]
+
+
+def restore_as_latest(
+    uri: str, version: int, storage_options: Mapping[str, str] | None
+) -> tuple[lance.LanceDataset, lance.LanceDataset | None]:
+    """:func:`as_latest`, plus the latest version as it was before the restore, if it was ahead."""
     opts = dict(storage_options) if storage_options else None
     with translate_lance_errors(f"open {uri}"):
         latest = lance.dataset(uri, storage_options=opts)
         if latest.version == version:
-            return latest
+            return latest, None
         ds = lance.dataset(uri, version=version, storage_options=opts)
         ds.restore()
-        return ds
+        return ds, latest
 
 
 def replace_fragments(
@@ -227,8 +250,10 @@ def replace_fragments(
 
     A Lance Merge with the full fragment list: any commit made since ``head`` makes it
     fail with :class:`ConcurrentModification` rather than mixing in another writer's data.
+    New fragment ids start above every id ``head`` uses or its indexes cover (an index
+    keeps covering the id of a fragment that was deleted whole).
     """
-    start = max([f.fragment_id for f in head.get_fragments()], default=-1) + 1
+    start = _next_fragment_id(head)
     numbered = []
     for i, fragment in enumerate(new):
         meta = fragment.to_json()
@@ -240,6 +265,7 @@ def replace_fragments(
             LanceOperation.Merge([*keep, *numbered], head.lance_schema),
             read_version=head.version,
             storage_options=dict(storage_options) if storage_options else None,
+            commit_message=COMMIT_MESSAGE,
         )
     return int(ds.version)
 
@@ -259,6 +285,7 @@ def rewrite_fragments(
             LanceOperation.Rewrite([LanceOperation.RewriteGroup(list(old), list(new))], []),
             read_version=head.version,
             storage_options=dict(storage_options) if storage_options else None,
+            commit_message=COMMIT_MESSAGE,
         )
     return int(ds.version)
 
@@ -276,7 +303,9 @@ def commit_version(
 
     The new fragments must come from :func:`write_new_fragments` with ``schema``. The
     version's content never depends on versions committed after ``base`` (crashed or
-    concurrent writes), so losing a race only means committing again. Returns the version.
+    concurrent writes, other Lance clients), so losing a race only means committing
+    again; indexes other clients built after ``base`` are carried over when still valid
+    (:func:`carry_indexes`). Returns the version.
     """
     if base is None:
         return _overwrite(uri, schema.dataset_arrow, list(fragments), storage_options, attempts)
@@ -284,12 +313,15 @@ def commit_version(
     last: ConcurrentModification | None = None
     for attempt in range(attempts):
         try:
-            head = as_latest(uri, base.version, storage_options)
+            head, ahead = restore_as_latest(uri, base.version, storage_options)
             if not is_aligned(head, schema):
                 head = align_schema(uri, head, schema, storage_options)
             keep = [f.metadata for f in head.get_fragments() if f.fragment_id in kept]
             new = renumber(fragments, schema.dataset_arrow, head.lance_schema)
-            return replace_fragments(uri, head, keep, new, storage_options)
+            version = replace_fragments(uri, head, keep, new, storage_options)
+            if ahead is None:
+                return version
+            return carry_indexes(uri, ahead, base.version, version, kept, storage_options)
         except ConcurrentModification as exc:
             last = exc
             time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
@@ -313,9 +345,183 @@ def _overwrite(
                     LanceOperation.Overwrite(schema, fragments),
                     read_version=latest.version if latest is not None else None,
                     storage_options=dict(storage_options) if storage_options else None,
+                    commit_message=COMMIT_MESSAGE,
                 )
             return int(ds.version)
         except ConcurrentModification as exc:
             last = exc
             time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
     raise ConcurrentModification(f"gave up committing {uri} after {attempts} attempts: {last}") from last
+
+
+def _next_fragment_id(head: lance.LanceDataset) -> int:
+    ids = [f.fragment_id for f in head.get_fragments()]
+    with translate_lance_errors(f"read the indexes of {head.uri}"):
+        covered = [max(seg.fragment_ids, default=-1) for d in head.describe_indices() for seg in d.segments]
+    return max([*ids, *covered], default=-1) + 1
+
+
+def _fragment_state(fragment: FragmentMetadata) -> tuple[Any, ...]:
+    meta = fragment.to_json()
+    return (sorted(f["path"] for f in meta["files"]), meta.get("deletion_file"), meta.get("physical_rows"))
+
+
+def _versions_after(ahead: lance.LanceDataset, base_version: int) -> Iterator[tuple[int, Any]]:
+    """(version, transaction or None) for each version of ``ahead``'s history after ``base_version``."""
+    for version in range(base_version + 1, ahead.version + 1):
+        try:
+            yield version, ahead.read_transaction(version)
+        except (OSError, ValueError, RuntimeError):
+            yield version, None
+
+
+def carry_indexes(
+    uri: str,
+    ahead: lance.LanceDataset,
+    base_version: int,
+    version: int,
+    kept: set[int],
+    storage_options: Mapping[str, str] | None,
+) -> int:
+    """Re-add to ``version`` the index segments other clients built after ``base_version``.
+
+    ``ahead`` is the dataset's latest version before the write restored ``base_version``
+    (the version the manifest records) and committed ``version`` on top of it. A segment
+    still present in ``ahead`` and added by a ``CreateIndex`` commit after ``base_version``
+    is carried over when its columns are still in the schema and every fragment it covers
+    is one of ``kept`` (the base's fragments) and is, in ``version``, exactly as it was in
+    the version the index commit was built on (same data files, same deletion file); the
+    segments it replaced (``optimize_indices``) are removed. Any other segment is left
+    behind: it indexes rows the manifest does not include, rewritten fragments or rows
+    deleted since, so it would give wrong answers. Other clients' data commits after ``base_version`` are not included
+    (a warning names them); they stay in the dataset's history and nothing is deleted.
+    Returns the version holding the carried segments (``version`` when there is none).
+    """
+    opts = dict(storage_options) if storage_options else None
+    with translate_lance_errors(f"carry over the indexes of {uri}"):
+        present = {seg.uuid for d in ahead.describe_indices() for seg in d.segments}
+        added: dict[str, tuple[Index, int]] = {}
+        replaced: dict[str, Index] = {}
+        foreign = []
+        for number, txn in _versions_after(ahead, base_version):
+            op = txn.operation if txn is not None else None
+            if isinstance(op, LanceOperation.CreateIndex):
+                added.update({i.uuid: (i, txn.read_version) for i in op.new_indices if i.uuid in present})
+                replaced.update({i.uuid: i for i in op.removed_indices if i.uuid not in present})
+            elif not isinstance(op, LanceOperation.Restore) and not _ours(txn):
+                foreign.append(number)
+        if foreign:
+            _log.warning(
+                "partition table %s: versions %s were committed after the version __manifest records (%d) by "
+                "another client; this write builds on version %d, so their changes are not included "
+                "(they stay in the dataset's history)",
+                uri,
+                ", ".join(map(str, foreign)),
+                base_version,
+                base_version,
+            )
+        if not added:
+            return version
+        ours = lance.dataset(uri, version=version, storage_options=opts)
+        carried = _still_valid(ahead, ours, list(added.values()), kept)
+        if not carried:
+            return version
+        names = {i.name for i in carried}
+        ours_uuids = {seg.uuid for d in ours.describe_indices() for seg in d.segments}
+        gone = [i for u, i in replaced.items() if u in ours_uuids and i.name in names]
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.CreateIndex(carried, gone),
+            read_version=version,
+            storage_options=opts,
+            commit_message=COMMIT_MESSAGE,
+        )
+    return int(ds.version)
+
+
+def _ours(txn: Any) -> bool:
+    return txn is not None and (txn.transaction_properties or {}).get(_MESSAGE_KEY) == COMMIT_MESSAGE
+
+
+def _still_valid(
+    ahead: lance.LanceDataset, ours: lance.LanceDataset, candidates: Sequence[tuple[Index, int]], kept: set[int]
+) -> list[Index]:
+    """The candidate segments (each with the version its index commit read) valid in ``ours``."""
+    fragments = {f.fragment_id: _fragment_state(f.metadata) for f in ours.get_fragments()}
+    fields = set(_lance_ids(ours.lance_schema.fields()).values())
+    existing = {seg.uuid for d in ours.describe_indices() for seg in d.segments}
+    built: dict[int, dict[int, tuple[Any, ...]]] = {}
+    out = []
+    for index, read_version in candidates:
+        covered = set(index.fragment_ids)
+        if index.uuid in existing or not covered <= kept or not set(index.fields) <= fields:
+            continue
+        if read_version not in built:
+            try:
+                then = ahead.checkout_version(read_version).get_fragments()
+            except (OSError, ValueError, RuntimeError):
+                then = []
+            built[read_version] = {f.fragment_id: _fragment_state(f.metadata) for f in then}
+        state = built[read_version]
+        if all(fid in fragments and state.get(fid) == fragments[fid] for fid in covered):
+            out.append(index)
+    return out
+
+
+def check_new_root(root: str, storage_options: Mapping[str, str] | None = None) -> None:
+    """Refuse to create a namespace where something is stored already.
+
+    A new namespace needs a missing or empty directory: a plain Lance dataset, files or
+    other directories under ``root`` are an :class:`InvalidInput` and nothing is written.
+    """
+    listed = _entries(root)
+    if listed is None:
+        if _is_dataset(root, storage_options):
+            raise InvalidInput(f"cannot create a partitioned namespace at {root}: it holds a plain Lance dataset")
+        return
+    if listed:
+        what = "a plain Lance dataset" if _DATASET_MARKER in listed else f"{len(listed)} entries"
+        shown = ", ".join(repr(n) for n in sorted(listed)[:3]) + (", ..." if len(listed) > 3 else "")
+        raise InvalidInput(
+            f"cannot create a partitioned namespace at {root}: the directory is not empty ({what}: {shown}); "
+            "use a new or empty directory"
+        )
+
+
+def check_namespace_root(root: str, storage_options: Mapping[str, str] | None = None) -> None:
+    """Refuse to write into a namespace whose root is also a plain Lance dataset."""
+    if _is_dataset(root, storage_options):
+        raise InvalidInput(
+            f"{root} is a plain Lance dataset as well as a partitioned namespace (it has {_DATASET_MARKER}/ "
+            "beside __manifest); refusing to write there"
+        )
+
+
+_DATASET_MARKER = "_versions"
+_MESSAGE_KEY = "__lance_commit_message"
+
+
+def _entries(root: str) -> list[str] | None:
+    """Names directly under ``root`` ([] if it does not exist), or None if it cannot be listed."""
+    try:
+        fs, path = filesystem_of(root)
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            return []
+        if info.type != pafs.FileType.Directory:
+            return [info.base_name]
+        return [i.base_name for i in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))]
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+def _is_dataset(root: str, storage_options: Mapping[str, str] | None) -> bool:
+    if "://" not in root or root.startswith("file://"):
+        listed = _entries(f"{root.rstrip('/')}/{_DATASET_MARKER}")
+        if listed is not None:
+            return bool(listed)
+    try:
+        lance.dataset(root, storage_options=dict(storage_options) if storage_options else None)
+    except (OSError, ValueError, RuntimeError):
+        return False
+    return True

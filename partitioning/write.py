@@ -29,12 +29,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
-from partitioning.errors import ConcurrentModification, SchemaError
+from partitioning.errors import ConcurrentModification, PartitioningError, SchemaError
 from partitioning.manifest import join_uri
-from partitioning.namespace import LocationPlanner, PartitionedNamespace, PartitionKey, TableCommit
+from partitioning.namespace import (
+    LocationPlanner,
+    PartitionedNamespace,
+    PartitionKey,
+    TableCommit,
+    format_partition_value,
+)
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionField
-from partitioning.tables import DEFAULT_COMMIT_ATTEMPTS, commit_version, write_new_fragments
+from partitioning.tables import DEFAULT_COMMIT_ATTEMPTS, check_namespace_root, commit_version, write_new_fragments
+from partitioning.transforms import canonical_float
 
 __all__ = [
     "CommitResult",
@@ -62,6 +69,7 @@ def message_schema(part_fields: Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
     """Commit messages: one row per flushed buffer of one partition."""
     return pa.schema(
         [
+            pa.field("object_id", pa.string(), nullable=False),
             pa.field("location", pa.string(), nullable=False),
             pa.field("fragments", pa.string(), nullable=False),
             pa.field("num_rows", pa.int64(), nullable=False),
@@ -161,12 +169,12 @@ class FragmentWriter:
             pa.schema([pa.field(n, t) for n, (_, t) in zip(names, self.part_fields, strict=True)])
         )
         if all(len(pc.unique(keys.column(n))) == 1 for n in names):
-            yield tuple(keys.column(n)[0].as_py() for n in names), self._data(table)
+            yield tuple(canonical_float(keys.column(n)[0].as_py()) for n in names), self._data(table)
             return
         indexed = keys.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
         groups = indexed.group_by(names, use_threads=False).aggregate([("__row", "list")])
         for i in range(groups.num_rows):
-            key = tuple(groups.column(n)[i].as_py() for n in names)
+            key = tuple(canonical_float(groups.column(n)[i].as_py()) for n in names)
             yield key, self._data(table.take(groups.column("__row_list")[i].values))
 
     def _data(self, table: pa.Table) -> pa.Table:
@@ -177,14 +185,18 @@ class FragmentWriter:
 
     def _flush(self, key: PartitionKey, buf: _Buffer) -> pa.RecordBatch:
         data = pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]
-        location = self.planner.location(key)
+        object_id, location = self.planner.place(key)
         kwargs: dict[str, Any] = {"max_rows_per_file": self.max_rows_per_file}
         if self.max_bytes_per_file is not None:
             kwargs["max_bytes_per_file"] = self.max_bytes_per_file
-        fragments = write_new_fragments(
-            data, join_uri(self.root, location), self.schema, storage_options=self.storage_options, **kwargs
-        )
+        try:
+            fragments = write_new_fragments(
+                data, join_uri(self.root, location), self.schema, storage_options=self.storage_options, **kwargs
+            )
+        except PartitioningError as exc:
+            raise type(exc)(f"partition {describe_key(self.part_fields, key)}: {exc}") from exc
         row: dict[str, Any] = {
+            "object_id": object_id,
             "location": location,
             "fragments": json.dumps([f.to_json() for f in fragments]),
             "num_rows": data.num_rows,
@@ -192,6 +204,15 @@ class FragmentWriter:
         for (fid, _), value in zip(self.part_fields, key, strict=True):
             row[part_column(fid)] = value
         return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
+
+
+def describe_key(part_fields: Sequence[tuple[str, Any]], key: PartitionKey) -> str:
+    """``country='US', ts_day=10``: a partition as its field ids and values."""
+    shown = [
+        f"{fid}={value!r}" if isinstance(value, str) or value is None else f"{fid}={format_partition_value(value)}"
+        for (fid, _), value in zip(part_fields, key, strict=True)
+    ]
+    return ", ".join(shown) or "(unpartitioned)"
 
 
 @dataclass(frozen=True)
@@ -233,6 +254,7 @@ class _Pending:
     """The written-but-uncommitted fragments of one partition."""
 
     key: PartitionKey
+    object_id: str
     location: str
     fragments: list[FragmentMetadata]
     rows: int
@@ -243,19 +265,24 @@ def _group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, _
     pending: dict[str, _Pending] = {}
     location_of: dict[PartitionKey, str] = {}
     for row in messages.to_pylist():
-        key = tuple(row[part_column(fid)] for fid in field_ids)
+        key = tuple(canonical_float(row[part_column(fid)]) for fid in field_ids)
         if location_of.setdefault(key, row["location"]) != row["location"]:
             raise ConcurrentModification(
                 f"partition {key} was written to two locations ({location_of[key]}, {row['location']}) in one write"
             )
-        entry = pending.setdefault(row["location"], _Pending(key, row["location"], [], 0))
+        entry = pending.setdefault(row["location"], _Pending(key, row["object_id"], row["location"], [], 0))
         entry.fragments.extend(FragmentMetadata.from_json(json.dumps(f)) for f in json.loads(row["fragments"]))
         entry.rows += row["num_rows"]
     return pending
 
 
 def _relocate(
-    pending: _Pending, target: str, ns: PartitionedNamespace, schema: NamespaceSchema, max_rows_per_file: int
+    pending: _Pending,
+    target_id: str,
+    target: str,
+    ns: PartitionedNamespace,
+    schema: NamespaceSchema,
+    max_rows_per_file: int,
 ) -> _Pending:
     """Move fragments written under a losing location into the partition's real table.
 
@@ -268,7 +295,7 @@ def _relocate(
     fragments = write_new_fragments(
         data, join_uri(ns.root, target), schema, storage_options=ns.storage_options, max_rows_per_file=max_rows_per_file
     )
-    return _Pending(pending.key, target, fragments, pending.rows)
+    return _Pending(pending.key, target_id, target, fragments, pending.rows)
 
 
 def commit_write(
@@ -310,7 +337,7 @@ def commit_write(
             values = dict(zip(spec.field_ids, entry.key, strict=True))
             existing = ns.find_partition(spec.spec_id, values)
             if existing is not None and existing.location != entry.location:
-                entry = _relocate(entry, existing.location, ns, written, max_rows_per_file)
+                entry = _relocate(entry, existing.object_id, existing.location, ns, written, max_rows_per_file)
                 del pending[location]
                 pending[entry.location] = entry
             base = ns.open_table(existing) if existing is not None and mode == "append" else None
@@ -318,7 +345,7 @@ def commit_write(
             version = commit_version(
                 join_uri(ns.root, entry.location), written, entry.fragments, ns.storage_options, base=base
             )
-            commits.append(TableCommit(spec.spec_id, values, entry.location, version))
+            commits.append(TableCommit(spec.spec_id, values, entry.location, version, entry.object_id))
         try:
             manifest_version = ns.commit_once(commits, replace_all=(mode == "overwrite"), write_id=write_id)
         except ConcurrentModification as exc:
@@ -395,6 +422,7 @@ def write_table(
     max_open_writers: int = 64,
 ) -> CommitResult:
     """Write an Arrow table without Spark, through the same writer and commit protocol."""
+    check_namespace_root(ns.root, ns.storage_options)
     ns.refresh()
     skipped = already_committed(ns, mode, write_id)
     if skipped is not None:

@@ -7,27 +7,53 @@ and ONE ``__manifest`` commit. Spark gives a data source writer its input as is,
 partition values are computed with the Arrow transforms inside the tasks and each
 task keeps at most ``max_open_writers`` partition buffers.
 
-Options: ``partition_by`` (``"day(ts); bucket[16](user_id)"`` or a JSON list, to
-create the namespace), ``write_id``, ``max_rows_per_file``, ``max_open_writers``,
-and ``partitionOverwriteMode=dynamic`` (or the session setting
-``spark.sql.sources.partitionOverwriteMode``) to make ``overwrite`` replace only the
-partitions present in the DataFrame.
+Options (any other is an error listing these): ``partition_by`` (``"day(ts);
+bucket[16](user_id)"`` or a JSON list; creates the namespace, or must match its current
+spec), ``partitionOverwriteMode`` (``static`` or ``dynamic``), ``write_id``,
+``max_rows_per_file``, ``max_bytes_per_file``, ``max_open_writers``.
+
+Overwrite: ``mode("overwrite")`` replaces everything (``static``) or only the partitions
+present in the DataFrame (``dynamic``). The write option wins; without it the session's
+``spark.sql.sources.partitionOverwriteMode`` decides, as for Spark's file sources. A
+Python data source never sees the session conf, but Spark sets every SQL conf the
+session has set as a local property of the job's tasks, so each task reports the value
+it saw in its commit message and ``commit`` uses it.
+
+What Spark 4.3 does not hand a Python data source, so only
+:func:`pipelines.write.write_partitioned` offers it: ``.partitionBy(...)`` (Spark refuses
+it before the writer exists: "The provided partitioning or clustering columns do not
+match the existing table's"; use ``.option("partition_by", ...)``), and the
+``errorifexists`` / ``ignore`` save modes (Spark refuses them with
+UNSUPPORTED_DATA_SOURCE_SAVE_MODE). For ``INSERT INTO`` / ``INSERT OVERWRITE`` /
+``writeTo()`` on a catalog table Spark gives the writer no options at all, not even the
+path, so those are refused with a line naming ``save(root)`` and ``write_partitioned``.
+
+Errors: Spark shows a Python data source's error as the worker's traceback inside its
+own error. Our errors name the partition and the cause in one line, and the writer
+tells the worker (which exits after reporting it) to leave the traceback out, so the
+user sees ``[PYTHON_DATA_SOURCE_ERROR] ... partitioning.errors.X: <line>`` or ``An
+exception was thrown from the Python worker: partitioning.errors.X: <line>``; Spark's
+own prefix cannot be removed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from partitioning.errors import SpecError
+from partitioning.errors import InvalidInput, PartitioningError, SpecError
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.spec import parse_partition_by
+from partitioning.tables import check_namespace_root, check_new_root
 from partitioning.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
     FragmentWriter,
@@ -37,83 +63,205 @@ from partitioning.write import (
 )
 from pipelines.schema import namespace_schema_from_spark
 
-__all__ = ["LancePartitionedWriter"]
+__all__ = ["OVERWRITE_MODES", "SESSION_OVERWRITE_MODE", "WRITE_OPTIONS", "LancePartitionedWriter", "writer_options"]
+
+WRITE_OPTIONS = (
+    "path",
+    "partition_by",
+    "partitionOverwriteMode",
+    "write_id",
+    "max_rows_per_file",
+    "max_bytes_per_file",
+    "max_open_writers",
+)
+OVERWRITE_MODES = ("static", "dynamic")
+SESSION_OVERWRITE_MODE = "spark.sql.sources.partitionOverwriteMode"
+DEFAULT_MAX_OPEN_WRITERS = 32
+
+
+def writer_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The write options under their canonical names; an unknown one is an error listing them."""
+    canonical = {name.lower(): name for name in WRITE_OPTIONS}
+    out = {}
+    for key, value in options.items():
+        name = canonical.get(key.lower())
+        if name is None:
+            raise InvalidInput(
+                f"unknown lance_partitioned write option {key!r}; allowed: {', '.join(WRITE_OPTIONS[1:])}"
+            )
+        out[name] = value
+    return out
+
+
+def overwrite_mode(value: str, source: str) -> str:
+    mode = value.strip().lower()
+    if mode not in OVERWRITE_MODES:
+        raise InvalidInput(
+            f"{source} {value!r} is not a partition overwrite mode; allowed: {', '.join(OVERWRITE_MODES)}"
+        )
+    return mode
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    if name not in options:
+        return None
+    try:
+        value = int(options[name])
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidInput(f"option {name} must be a positive integer, got {options[name]!r}")
+    return value
 
 
 def _partition_by(text: str) -> list[str]:
     text = text.strip()
     if text.startswith("["):
-        value = json.loads(text)
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise SpecError(f"option partition_by must be a JSON list of strings, got {text!r}")
         return value
     return [part.strip() for part in text.split(";") if part.strip()]
 
 
+@contextmanager
+def _reported(action: str) -> Iterator[None]:
+    """Errors leave as one-line :class:`PartitioningError` s (others are wrapped, chained).
+
+    Inside a Spark Python worker, which reports the error and exits, the traceback is
+    left out of the report (``SPARK_HIDE_TRACEBACK``, read by pyspark when it formats it).
+    """
+    try:
+        yield
+    except PartitioningError:
+        _hide_worker_traceback()
+        raise
+    except Exception as exc:
+        _hide_worker_traceback()
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        raise PartitioningError(f"{action}: {type(exc).__name__}: {first}".rstrip(": ")) from exc
+
+
+def _hide_worker_traceback() -> None:
+    if os.environ.get("SPARK_PYTHON_RUNTIME"):
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+
+
 @dataclass(frozen=True)
 class _Messages(WriterCommitMessage):
-    """One task's commit messages, as Arrow IPC bytes."""
+    """One task's commit messages (Arrow IPC bytes), and the session's overwrite mode it saw."""
 
     ipc: bytes
+    session_overwrite_mode: str | None = None
 
 
 class LancePartitionedWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
-        root = options.get("path")
-        if not root:
-            raise SpecError("save(path) is required: the namespace root")
-        self.root = root
-        self.write_id = options.get("write_id")
-        dynamic = options.get("partitionOverwriteMode", options.get("partitionoverwritemode", "static"))
-        if overwrite:
-            self.mode = "overwrite_partitions" if dynamic.lower() == "dynamic" else "overwrite"
-        else:
-            self.mode = "append"
-        max_rows = int(options.get("max_rows_per_file", DEFAULT_MAX_ROWS_PER_FILE))
-        if ManifestStore(root).exists():
-            ns = PartitionedNamespace.load(root)
-        else:
-            if "partition_by" not in options:
-                raise SpecError(f"no namespace at {root}; set .option('partition_by', 'day(ts); country') to create it")
-            ns_schema = namespace_schema_from_spark(schema)
-            ns = PartitionedNamespace.create(
-                root, ns_schema, parse_partition_by(_partition_by(options["partition_by"]), ns_schema)
+        root = next((v for k, v in options.items() if k.lower() == "path"), None)
+        with _reported(f"write to {root}"):
+            if not root:
+                raise SpecError(
+                    "no path: use df.write.format('lance_partitioned').save(root) or "
+                    "pipelines.write_partitioned(df, root); Spark 4.3 gives a Python data source writer no "
+                    "options for INSERT INTO / INSERT OVERWRITE / writeTo() on a catalog table"
+                )
+            opts = writer_options(options)
+            self.root = root
+            self.overwrite = overwrite
+            self.write_id = opts.get("write_id")
+            self.mode: str | None = "append"
+            if overwrite:
+                explicit = opts.get("partitionOverwriteMode")
+                if explicit is None:
+                    self.mode = None  # the session's setting, as the tasks see it
+                else:
+                    dynamic = overwrite_mode(explicit, "option partitionOverwriteMode") == "dynamic"
+                    self.mode = "overwrite_partitions" if dynamic else "overwrite"
+            self.max_rows_per_file = _positive_int(opts, "max_rows_per_file") or DEFAULT_MAX_ROWS_PER_FILE
+            max_bytes = _positive_int(opts, "max_bytes_per_file")
+            max_open = _positive_int(opts, "max_open_writers") or DEFAULT_MAX_OPEN_WRITERS
+            ns = self._namespace(root, opts, schema)
+            spec = ns.current_spec
+            self.spec_id = spec.spec_id
+            self.fields = spec.fields
+            self.schema = ns.namespace_schema
+            self.fragment_writer = FragmentWriter.for_namespace(
+                ns, max_rows_per_file=self.max_rows_per_file, max_bytes_per_file=max_bytes, max_open_writers=max_open
             )
-        spec = ns.current_spec
-        self.spec_id = spec.spec_id
-        self.fields = spec.fields
-        self.schema = ns.namespace_schema
-        self.max_rows_per_file = max_rows
-        self.fragment_writer = FragmentWriter.for_namespace(
-            ns, max_rows_per_file=max_rows, max_open_writers=int(options.get("max_open_writers", 32))
+
+    @staticmethod
+    def _namespace(root: str, opts: Mapping[str, str], schema: StructType) -> PartitionedNamespace:
+        if ManifestStore(root).exists():
+            check_namespace_root(root)
+            ns = PartitionedNamespace.load(root)
+            if "partition_by" in opts:
+                wanted = parse_partition_by(_partition_by(opts["partition_by"]), ns.namespace_schema)
+                if [f.signature for f in wanted.fields] != [f.signature for f in ns.current_spec.fields]:
+                    raise SpecError(
+                        f"the namespace at {root} is partitioned as {ns.current_spec}, not {wanted}; "
+                        "omit option partition_by to write with the current spec"
+                    )
+            return ns
+        check_new_root(root)
+        if "partition_by" not in opts:
+            raise SpecError(
+                f"no namespace at {root}; set .option('partition_by', 'day(ts); country') to create it "
+                "(Spark does not pass .partitionBy() to Python data sources), or use "
+                "pipelines.write_partitioned(df, root, partition_by=[...])"
+            )
+        ns_schema = namespace_schema_from_spark(schema)
+        return PartitionedNamespace.create(
+            root, ns_schema, parse_partition_by(_partition_by(opts["partition_by"]), ns_schema)
         )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Messages:
-        def keyed() -> Iterator[pa.RecordBatch]:
-            for batch in iterator:
-                table = conform_table(pa.Table.from_batches([batch]), self.schema)
-                yield from add_partition_columns(table, self.fields, self.schema).to_batches()
+        with _reported(f"write to {self.root}"):
 
-        batches = list(self.fragment_writer(keyed()))
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, self.fragment_writer.output_schema) as out:
-            for b in batches:
-                out.write_batch(b)
-        return _Messages(sink.getvalue().to_pybytes())
+            def keyed() -> Iterator[pa.RecordBatch]:
+                for batch in iterator:
+                    table = conform_table(pa.Table.from_batches([batch]), self.schema)
+                    yield from add_partition_columns(table, self.fields, self.schema).to_batches()
+
+            batches = list(self.fragment_writer(keyed()))
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.fragment_writer.output_schema) as out:
+                for b in batches:
+                    out.write_batch(b)
+            context = TaskContext.get()
+            session = context.getLocalProperty(SESSION_OVERWRITE_MODE) if context is not None else None
+            return _Messages(sink.getvalue().to_pybytes(), session)
+
+    def effective_mode(self, messages: list[_Messages]) -> str:
+        """The write mode; for ``overwrite`` without the option, the session's setting the tasks saw."""
+        if self.mode is not None:
+            return self.mode
+        seen = {
+            overwrite_mode(m.session_overwrite_mode, SESSION_OVERWRITE_MODE)
+            for m in messages
+            if m.session_overwrite_mode
+        }
+        if len(seen) > 1:
+            raise InvalidInput(f"tasks of one write saw different {SESSION_OVERWRITE_MODE} values: {sorted(seen)}")
+        return "overwrite_partitions" if seen == {"dynamic"} else "overwrite"
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        tables = [pa.ipc.open_stream(m.ipc).read_all() for m in messages if isinstance(m, _Messages)]
-        combined = pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
-        ns = PartitionedNamespace.load(self.root)
-        commit_write(
-            ns,
-            combined,
-            mode=self.mode,  # type: ignore[arg-type]
-            spec_id=self.spec_id,
-            schema=self.fragment_writer.schema,
-            write_id=self.write_id,
-            max_rows_per_file=self.max_rows_per_file,
-        )
+        with _reported(f"commit the write to {self.root}"):
+            ours = [m for m in messages if isinstance(m, _Messages)]
+            tables = [pa.ipc.open_stream(m.ipc).read_all() for m in ours]
+            combined = pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
+            ns = PartitionedNamespace.load(self.root)
+            commit_write(
+                ns,
+                combined,
+                mode=self.effective_mode(ours),  # type: ignore[arg-type]
+                spec_id=self.spec_id,
+                schema=self.fragment_writer.schema,
+                write_id=self.write_id,
+                max_rows_per_file=self.max_rows_per_file,
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to undo: uncommitted fragments are invisible; ``ns.orphans()`` lists them."""

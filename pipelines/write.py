@@ -7,13 +7,11 @@ touched dataset and makes ONE ``__manifest`` commit (:mod:`partitioning.write`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
 import pyarrow as pa
-from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -21,7 +19,6 @@ from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 
 from partitioning.errors import (
     NamespaceAlreadyExists,
-    PartitioningError,
     SchemaError,
     SpecError,
 )
@@ -29,6 +26,7 @@ from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionSpec, parse_partition_by
+from partitioning.tables import check_namespace_root, check_new_root
 from partitioning.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
     PART_PREFIX,
@@ -40,13 +38,12 @@ from partitioning.write import (
     part_column,
 )
 from pipelines.schema import namespace_schema_from_spark, spark_schema
+from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.transforms import with_partition_columns
 
 __all__ = ["conform_dataframe", "write_partitioned"]
 
 Mode = Literal["append", "overwrite", "overwrite_partitions", "error", "ignore"]
-# Errors raised inside Spark tasks carry this prefix so the driver can report just that line.
-ERROR_MARKER = "lance_partitioned:"
 _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
 
 
@@ -102,20 +99,8 @@ def conform_dataframe(df: DataFrame, schema: NamespaceSchema) -> DataFrame:
 
 @contextmanager
 def _spark_errors(root: str) -> Iterator[None]:
-    """One clear line for failures inside Spark jobs; our own task errors keep their text."""
-    try:
+    with spark_errors(f"write to {root}"):
         yield
-    except PySparkException as exc:
-        text = str(exc)
-        ours = re.search(rf"{re.escape(ERROR_MARKER)}\s*(.+)", text)
-        if ours:
-            line = re.sub(r"\s*SQLSTATE:\s*\w+\s*$", "", ours.group(1).strip())
-            raise SchemaError(line.rstrip(". ")) from exc
-        mine = re.search(r"partitioning\.errors\.(\w+): (.+)", text)
-        if mine:
-            raise PartitioningError(mine.group(2).strip()) from exc
-        first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-        raise PartitioningError(f"write to {root} failed in a Spark job: {first[:500]}") from exc
 
 
 @contextmanager
@@ -137,8 +122,13 @@ def _resolve_namespace(
     schema: pa.Schema | NamespaceSchema | None,
     storage_options: Mapping[str, str] | None,
 ) -> tuple[PartitionedNamespace | None, str]:
-    """Load or create the namespace; returns (None, reason) when the mode says to skip."""
+    """Load or create the namespace; returns (None, reason) when the mode says to skip.
+
+    A root that is not a namespace must be missing or empty, and a namespace root must
+    not also be a plain Lance dataset: both are refused before anything is written.
+    """
     if ManifestStore(root, storage_options).exists():
+        check_namespace_root(root, storage_options)
         if mode == "error":
             raise NamespaceAlreadyExists(
                 f"a namespace already exists at {root} (mode='error'); "
@@ -154,6 +144,7 @@ def _resolve_namespace(
                 "omit partition_by/spec to write with the current spec"
             )
         return ns, mode
+    check_new_root(root, storage_options)
     if spec is None and not partition_by:
         raise SpecError(f"no namespace at {root}; pass partition_by=[...] (or spec=) to create it")
     ns_schema = schema if schema is not None else namespace_schema_from_spark(df.schema)

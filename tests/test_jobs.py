@@ -101,7 +101,7 @@ def test_query_bad_filter_is_one_line_and_exit_2(tmp_path, inputs, capsys):
     capsys.readouterr()
     assert query.main(["--root", root, "--filter", "country = = 'US'"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: filter \"country = = 'US'\": expected a literal")
+    assert err.startswith("error: filter \"country = = 'US'\": [PARSE_SYNTAX_ERROR] Syntax error at or near '='")
     assert "\n" not in err
 
 

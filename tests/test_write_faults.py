@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing as mp
+import os
+import re
 from collections import Counter
 
 import lance
 import pyarrow as pa
 import pytest
+from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from partitioning import PartitionedNamespace, PartitioningError
 from partitioning.write import write_table
+from pipelines import register_data_source
 from pipelines.write import write_partitioned
 
 pytestmark = pytest.mark.slow
@@ -160,3 +164,39 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert set(table.column("c").to_pylist()) == {p.values["c"]}
         assert set(table.column("day").to_pylist()) == {p.values["day"]}
     assert _manifest_version(root) >= 1 + WRITERS * ROUNDS
+
+
+def _break_data_dir(root: str, country: str) -> None:
+    """Make the partitions' ``data`` directories files, so writing fragments there fails in Lance."""
+    for table in PartitionedNamespace.load(root).partitions():
+        if table.values["c"] == country:
+            data = os.path.join(table.uri, "data")
+            os.rename(data, data + ".moved")
+            with open(data, "w") as fh:
+                fh.write("in the way")
+
+
+def test_a_lance_error_in_a_task_is_one_line_naming_the_partition(spark, seeded):
+    _break_data_dir(seeded, "US")
+    before = _manifest_version(seeded)
+    us = _events(spark, 5000, 8).where("c = 'US'")
+    with pytest.raises(PartitioningError) as info:
+        write_partitioned(us, seeded)
+    message = str(info.value)
+    assert "\n" not in message and "Traceback" not in message
+    assert re.match(r"partition day=2025-12-1\d, c='US': write fragments to ", message)
+    assert isinstance(info.value.__cause__, PySparkException)
+    assert _manifest_version(seeded) == before
+
+
+def test_a_lance_error_in_a_data_source_task_is_one_line_naming_the_partition(spark, seeded):
+    register_data_source(spark)
+    _break_data_dir(seeded, "US")
+    before = _manifest_version(seeded)
+    with pytest.raises(PySparkException) as info:
+        _events(spark, 5000, 8).where("c = 'US'").write.format("lance_partitioned").mode("append").save(seeded)
+    text = str(info.value)
+    assert "Traceback" not in text
+    (line,) = [ln for ln in text.splitlines() if "partitioning.errors" in ln]
+    assert "c='US'" in line and "write fragments to" in line
+    assert _manifest_version(seeded) == before

@@ -1,0 +1,75 @@
+"""One clear line for a failure inside a Spark job: the translation point for Spark's errors.
+
+A task that raises one of this project's errors (they name the partition and the
+cause) keeps its class and text; a row refused by the write-side schema rules is a
+:class:`SchemaError`; any other Python error of a task is reported by its exception
+line, never by the worker's traceback; a JVM-side failure by Spark's first line. The
+result is chained to Spark's exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.errors import PySparkException
+
+from partitioning import errors
+from partitioning.errors import PartitioningError, SchemaError
+
+__all__ = ["ERROR_MARKER", "spark_error_line", "spark_errors", "translate_spark_error"]
+
+# Errors raised inside Spark tasks by Spark expressions carry this prefix.
+ERROR_MARKER = "lance_partitioned:"
+
+
+def _worker_exception_line(text: str) -> str | None:
+    """The ``Type: message`` line of a Python traceback inside a Spark error text."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() != "Traceback (most recent call last):":
+            continue
+        for later in lines[i + 1 :]:
+            if later.strip() and not later[:1].isspace():
+                return later.strip()
+    return None
+
+
+def _error_class(name: str) -> type[PartitioningError]:
+    found = getattr(errors, name, None)
+    return found if isinstance(found, type) and issubclass(found, PartitioningError) else PartitioningError
+
+
+def _clean(line: str) -> str:
+    return re.sub(r"\s*SQLSTATE:\s*\w+\s*$", "", line.strip()).rstrip(". ")
+
+
+def translate_spark_error(exc: BaseException, context: str) -> PartitioningError:
+    """This project's one-line error for a Spark failure (``context`` says what was running)."""
+    text = str(exc)
+    ours = re.search(rf"{re.escape(ERROR_MARKER)}\s*(.+)", text)
+    if ours:
+        return SchemaError(_clean(ours.group(1)))
+    mine = re.search(r"partitioning\.errors\.(\w+): (.+)", text)
+    if mine:
+        return _error_class(mine.group(1))(_clean(mine.group(2)))
+    line = _worker_exception_line(text)
+    if line is None:
+        line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return PartitioningError(f"{context} failed in a Spark job: {_clean(line)[:500]}")
+
+
+def spark_error_line(exc: BaseException) -> str:
+    """The one line to show for a Spark failure (a job's ``error:`` line)."""
+    translated = translate_spark_error(exc, "")
+    text = str(translated)
+    return text.removeprefix(" failed in a Spark job: ") if type(translated) is PartitioningError else text
+
+
+@contextmanager
+def spark_errors(context: str) -> Iterator[None]:
+    try:
+        yield
+    except PySparkException as exc:
+        raise translate_spark_error(exc, context) from exc
