@@ -11,6 +11,11 @@ Prints whether the storage-partitioned join was used (and why not, if it fell ba
 Spark's shuffle join), then shows the first ``--show N`` rows, or writes them with
 ``--output PATH --output-format parquet|csv``. Bad input prints one ``error:`` line
 and exits with status 2.
+
+The columns are Spark's ``left.join(right, on=[...])``: a non-key column name on both
+sides appears twice. Parquet cannot hold two columns of one name, so such a join
+written as parquet is refused, before anything is written, unless ``--suffixes LEFT
+RIGHT`` (e.g. ``--suffixes _left _right``) renames both copies.
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pyspark.sql import DataFrame
+
 from jobs._cli import add_output_arguments, run, write_or_show
+from partitioning import InvalidInput
+from partitioning.join_plan import duplicate_names
 from pipelines.join import join_partitioned_with_plan
 from pipelines.session import build_session
 
@@ -31,6 +40,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--how", default="inner", help="inner, left, right or full (default: inner)")
     parser.add_argument("--filter-left", help="SQL filter applied to the left side before the join")
     parser.add_argument("--filter-right", help="SQL filter applied to the right side before the join")
+    parser.add_argument(
+        "--suffixes",
+        nargs=2,
+        metavar=("LEFT", "RIGHT"),
+        help="rename a non-key column on both sides to <name>LEFT and <name>RIGHT (default: keep both names)",
+    )
     add_output_arguments(parser)
     return parser.parse_args(argv)
 
@@ -48,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             args.how,
             filter_left=args.filter_left,
             filter_right=args.filter_right,
+            suffixes=args.suffixes,
         )
+        if args.output and args.output_format == "parquet":
+            check_parquet_names(df)
         if plan.compatible:
             print(f"join: storage-partitioned join used ({len(plan.tasks)} group tasks): {plan.reason}")
         else:
@@ -56,6 +74,19 @@ def main(argv: list[str] | None = None) -> int:
         write_or_show(df, args, "join")
 
     return run(body)
+
+
+def check_parquet_names(df: DataFrame) -> None:
+    """Refuse, in one line, columns that parquet cannot hold: two of one name (ignoring case unless
+    ``spark.sql.caseSensitive`` is on, as Spark's own check)."""
+    case_sensitive = str(df.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    names = df.columns
+    dupes = sorted({n for n in names if names.count(n) > 1}) if case_sensitive else duplicate_names(names)
+    if dupes:
+        raise InvalidInput(
+            f"column(s) {', '.join(map(repr, dupes))} are on both sides of the join and parquet cannot hold two "
+            "columns of one name; pass --suffixes LEFT RIGHT (e.g. --suffixes _left _right) or --output-format csv"
+        )
 
 
 if __name__ == "__main__":

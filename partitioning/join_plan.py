@@ -36,6 +36,7 @@ by the outer joins that keep that side).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,8 +48,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from partitioning.binding import UnknownColumn, bind
 from partitioning.errors import InvalidInput
-from partitioning.filters import columns_of, parse_filter
+from partitioning.filters import Dialect, Filter, is_exactly_understood, parse_filter
 from partitioning.namespace import PartitionedNamespace, PartitionTable
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionSpec
@@ -70,6 +72,9 @@ __all__ = [
     "JoinSide",
     "JoinTask",
     "KeyGrouping",
+    "distinct_suffixes",
+    "duplicate_names",
+    "join_output_names",
     "join_output_schema",
     "local_join",
     "plan_join",
@@ -109,10 +114,17 @@ class JoinSide:
     manifest_version: int | None = None
 
     @classmethod
-    def of(cls, ns: PartitionedNamespace, filter_sql: str | None = None, *, label: str = "left") -> JoinSide:
+    def of(
+        cls,
+        ns: PartitionedNamespace,
+        filter_sql: str | None = None,
+        *,
+        label: str = "left",
+        dialect: Dialect | None = None,
+    ) -> JoinSide:
         """The side's tables that ``filter_sql`` cannot prune, from the namespace's manifest version."""
-        check_filter(ns.namespace_schema, filter_sql, label)
-        plan = ns.plan_scan(filter_sql)
+        check_filter(ns.namespace_schema, filter_sql, label, dialect)
+        plan = ns.plan_scan(filter_sql, dialect=dialect)
         by_id = {p.object_id: p for p in ns.partitions()}
         tables = tuple(by_id[t.object_id] for t in plan)
         return cls(ns.root, ns.namespace_schema, ns.specs, tables, filter_sql or None, ns.manifest_version)
@@ -126,14 +138,20 @@ class JoinSide:
         return sorted({t.spec_id for t in self.tables})
 
 
-def check_filter(schema: NamespaceSchema, filter_sql: str | None, label: str) -> None:
-    """A side filter must parse and name only the side's columns."""
-    unknown = sorted(columns_of(parse_filter(filter_sql)) - set(schema.arrow.names))
-    if unknown:
-        raise InvalidInput(
-            f"filter_{label} uses unknown column(s) {', '.join(map(repr, unknown))}; "
-            f"{label} columns are: {', '.join(schema.arrow.names)}"
-        )
+def check_filter(schema: NamespaceSchema, filter_sql: str | None, label: str, dialect: Dialect | None = None) -> Filter:
+    """A side filter, bound to the side's columns (an unknown column is one line naming the side)."""
+    try:
+        return bind(parse_filter(filter_sql, dialect, strict=False), schema.arrow, dialect)
+    except UnknownColumn as exc:
+        names = ", ".join(schema.arrow.names)
+        message = f"filter_{label} uses unknown column(s) {exc.column!r}; {label} columns are: {names}"
+        raise InvalidInput(message) from exc
+
+
+def exact_side_filter(schema: NamespaceSchema, filter_sql: str | None, dialect: Dialect | None) -> Filter | None:
+    """The bound side filter if the join can apply it itself (exactly as Spark), else None."""
+    bound = check_filter(schema, filter_sql, "side", dialect)
+    return bound if is_exactly_understood(bound) else None
 
 
 def normalize_on(on: str | Sequence[str]) -> tuple[str, ...]:
@@ -146,10 +164,54 @@ def normalize_on(on: str | Sequence[str]) -> tuple[str, ...]:
     return keys
 
 
+Suffixes = tuple[str, str]
+
+
+def check_suffixes(suffixes: Sequence[str] | None) -> Suffixes | None:
+    """``None``, or a pair of strings (left, right) as a tuple."""
+    if suffixes is None:
+        return None
+    if isinstance(suffixes, str) or len(suffixes) != 2 or not all(isinstance(x, str) for x in suffixes):
+        raise InvalidInput(f"suffixes must be two strings (left, right), e.g. ('_left', '_right'); got {suffixes!r}")
+    return suffixes[0], suffixes[1]
+
+
+def shared_columns(left: NamespaceSchema, right: NamespaceSchema, on: Sequence[str]) -> list[str]:
+    """The left non-key columns whose name (ignoring case, as Spark does) is also a right non-key column."""
+    right_rest = {c.lower() for c in right.arrow.names if c not in on}
+    return [c for c in left.arrow.names if c not in on and c.lower() in right_rest]
+
+
+def join_output_names(
+    left: NamespaceSchema, right: NamespaceSchema, on: Sequence[str], suffixes: Sequence[str] | None = None
+) -> list[str]:
+    """The names of Spark's ``left.join(right, on=[...])`` columns: the keys once, the left then the
+    right non-key columns. A non-key name on both sides appears twice, as in Spark, unless
+    ``suffixes=(l, r)`` is given: then both get their side's suffix (names compared ignoring case)."""
+    pair = check_suffixes(suffixes)
+    shared = {c.lower() for c in shared_columns(left, right, on)}
+
+    def named(c: str, suffix: str) -> str:
+        return c + suffix if pair is not None and c.lower() in shared else c
+
+    names = list(on)
+    names += [named(c, pair[0] if pair else "") for c in left.arrow.names if c not in on]
+    names += [named(c, pair[1] if pair else "") for c in right.arrow.names if c not in on]
+    return names
+
+
 def validate_join(
-    left: NamespaceSchema, right: NamespaceSchema, on: str | Sequence[str], how: str
+    left: NamespaceSchema,
+    right: NamespaceSchema,
+    on: str | Sequence[str],
+    how: str,
+    suffixes: Sequence[str] | None = None,
 ) -> tuple[tuple[str, ...], JoinType]:
-    """Check the join type, the keys and the output columns; return the keys and the join type."""
+    """Check the join type, the keys and the suffixes; return the keys and the join type.
+
+    Non-key columns on both sides are allowed (Spark keeps both); ``suffixes``, when given,
+    must make every output name distinct (ignoring case).
+    """
     if how not in JOIN_TYPES:
         raise InvalidInput(f"unknown join type {how!r}; allowed: {', '.join(JOIN_TYPES)}")
     keys = normalize_on(on)
@@ -160,23 +222,50 @@ def validate_join(
                     f"unknown join key {k!r}: the {label} side has no such column; "
                     f"{label} columns are: {', '.join(schema.arrow.names)}"
                 )
-    left_rest = [c for c in left.arrow.names if c not in keys]
-    right_rest = {c.lower() for c in right.arrow.names if c not in keys}
-    clash = [c for c in left_rest if c.lower() in right_rest]
-    if clash:
-        raise InvalidInput(
-            f"non-key column(s) {', '.join(map(repr, clash))} exist on both sides of the join; rename or drop "
-            "them on one side (or add them to 'on')"
-        )
+    pair = check_suffixes(suffixes)
+    if pair is not None:
+        own = {d.lower() for schema in (left, right) for d in duplicate_names(schema.arrow.names)}
+        dupes = [d for d in duplicate_names(join_output_names(left, right, keys, pair)) if d.lower() not in own]
+        if dupes:
+            raise InvalidInput(
+                f"suffixes {pair!r} leave duplicate output column(s) {', '.join(map(repr, dupes))}; "
+                "choose suffixes that make every column name distinct"
+            )
     return keys, how  # type: ignore[return-value]
 
 
-def join_output_schema(left: NamespaceSchema, right: NamespaceSchema, on: Sequence[str]) -> pa.Schema:
-    """Spark's ``USING`` output: the keys once, then the left and the right non-key columns (all nullable)."""
+def duplicate_names(names: Sequence[str]) -> list[str]:
+    """The names that occur more than once, ignoring case (Spark's default), in order of first repeat."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for n in names:
+        if n.lower() in seen and n not in out:
+            out.append(n)
+        seen.add(n.lower())
+    return out
+
+
+def distinct_suffixes(left: NamespaceSchema, right: NamespaceSchema, on: Sequence[str]) -> Suffixes:
+    """Suffixes that make every output name distinct, for a reader that cannot hold duplicate names."""
+    n = 0
+    while True:
+        pair = (f"__lance_left{n or ''}", f"__lance_right{n or ''}")
+        names = join_output_names(left, right, on, pair)
+        if len(set(names)) == len(names):
+            return pair
+        n += 1
+
+
+def join_output_schema(
+    left: NamespaceSchema, right: NamespaceSchema, on: Sequence[str], suffixes: Sequence[str] | None = None
+) -> pa.Schema:
+    """Spark's ``USING`` output: the keys once, then the left and the right non-key columns (all
+    nullable), named by :func:`join_output_names` (so possibly twice without ``suffixes``)."""
     fields = [left.arrow.field(k) for k in on]
     fields += [f for f in left.arrow if f.name not in on]
     fields += [f for f in right.arrow if f.name not in on]
-    return pa.schema([pa.field(f.name, f.type, nullable=True) for f in fields])
+    names = join_output_names(left, right, on, suffixes)
+    return pa.schema([pa.field(n, f.type, nullable=True) for n, f in zip(names, fields, strict=True)])
 
 
 # -- key groupings ----------------------------------------------------------------------------
@@ -463,12 +552,25 @@ def plan_namespace_join(
     *,
     filter_left: str | None = None,
     filter_right: str | None = None,
+    dialect: Dialect | None = None,
 ) -> JoinPlan:
-    """:func:`plan_join` of two namespaces, each pruned with its filter."""
+    """:func:`plan_join` of two namespaces, each pruned with its filter.
+
+    The storage-partitioned join applies the side filters itself, so it needs filters it
+    evaluates exactly as Spark does; any other filter makes the plan fall back.
+    """
     validate_join(left.namespace_schema, right.namespace_schema, on, how)
-    return plan_join(
-        JoinSide.of(left, filter_left, label="left"), JoinSide.of(right, filter_right, label="right"), on, how
+    plan = plan_join(
+        JoinSide.of(left, filter_left, label="left", dialect=dialect),
+        JoinSide.of(right, filter_right, label="right", dialect=dialect),
+        on,
+        how,
     )
+    for label, ns, text in (("left", left, filter_left), ("right", right, filter_right)):
+        if plan.compatible and exact_side_filter(ns.namespace_schema, text, dialect) is None:
+            reason = f"filter_{label} {text!r} has parts only Spark evaluates (functions, arithmetic, ...)"
+            return dataclasses.replace(plan, compatible=False, reason=reason, tasks=())
+    return plan
 
 
 # -- the local join of one group --------------------------------------------------------------
@@ -497,8 +599,10 @@ def local_join(left: pa.Table, right: pa.Table, on: Sequence[str], how: str, out
     """SQL ``left JOIN right USING (on)`` of two in-memory tables, shaped as ``output``.
 
     ``output`` is :func:`join_output_schema`: the keys, the left non-key columns, then
-    the right non-key columns. As in Spark, a key column is the left value (the right
-    value for a right join) and, when that side has no row, the other side's.
+    the right non-key columns, filled by position (so its names may repeat, or carry
+    suffixes; a name on both sides is read from each side's own table). As in Spark, a
+    key column is the left value (the right value for a right join) and, when that side
+    has no row, the other side's.
 
     Rows with a NULL in any key never match (SQL semantics); they are split off before
     Arrow's hash join and emitted as unmatched rows by the outer joins that keep them, so

@@ -13,7 +13,13 @@ log line on the ``lance_partitioned`` logger says why SPJ was not used.
 Both paths read each namespace at the same ``__manifest`` version, and both return
 Spark's ``left.join(right, on=[...], how=...)`` columns: the keys once (for a full
 join the left key if not NULL, else the right), the left non-key columns, then the
-right non-key columns.
+right non-key columns. A non-key column name on both sides appears twice, as in
+Spark, unless ``suffixes=`` renames both copies.
+
+A Python Data Source cannot return two columns of one name (PySpark hands its Arrow
+batches back by column name), so the SPJ scan names such columns with internal
+suffixes and :func:`join_partitioned` renames them back with ``toDF``, a projection
+that adds no Exchange.
 """
 
 from __future__ import annotations
@@ -22,30 +28,34 @@ import heapq
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput
-from partitioning.filters import Filter, TrueFilter, columns_of, parse_filter, to_arrow_expression, to_sql
+from partitioning.filters import Dialect, Filter, TrueFilter
 from partitioning.join_plan import (
     JoinPlan,
     JoinTask,
     JoinType,
+    check_suffixes,
+    distinct_suffixes,
+    exact_side_filter,
+    join_output_names,
     join_output_schema,
     local_join,
     plan_namespace_join,
+    shared_columns,
     validate_join,
 )
 from partitioning.namespace import PartitionedNamespace, PartitionTable, open_partition_table
 from partitioning.schema import NamespaceSchema
-from pipelines.read import TableSlice, read_partitioned, read_table
+from pipelines.read import TableSlice, dialect_options, read_partitioned, read_table, session_dialect
+from pipelines.reader import dialect_from_options
 from pipelines.schema import spark_schema
 
 __all__ = ["LancePartitionedJoinDataSource", "join_partitioned", "join_partitioned_with_plan"]
@@ -53,7 +63,6 @@ __all__ = ["LancePartitionedJoinDataSource", "join_partitioned", "join_partition
 log = logging.getLogger("lance_partitioned")
 FORMAT = "lance_partitioned_join"
 MAX_PARTITIONS = 32
-_ROW = "__lance_join_row"
 
 
 def join_partitioned(
@@ -65,8 +74,18 @@ def join_partitioned(
     *,
     filter_left: str | None = None,
     filter_right: str | None = None,
+    suffixes: Sequence[str] | None = None,
 ) -> DataFrame:
     """``left JOIN right USING (on)`` of two partitioned namespaces, without a shuffle when possible.
+
+    The result has exactly the columns of Spark's ``left.join(right, on=[...], how=how)``
+    of the two (filtered) namespaces: the keys once, the left non-key columns, then the
+    right ones. A non-key column name present on both sides (ignoring case, as Spark
+    does) therefore appears twice by default (``suffixes=None``), which Spark can show,
+    collect and write as CSV but cannot write as parquet or reference by name; pass
+    ``suffixes=("_left", "_right")`` to rename both copies (``a`` becomes ``a_left`` and
+    ``a_right``; other columns keep their names). Suffixes that would still leave two
+    equal names are refused.
 
     ``how`` is ``inner``, ``left``, ``right`` or ``full``; ``filter_left`` / ``filter_right``
     are SQL filters applied to each side before the join (and used to prune its
@@ -78,7 +97,7 @@ def join_partitioned(
     whole other side, so a per-version fallback would only be sound for inner joins.
     """
     df, _ = join_partitioned_with_plan(
-        spark, left_root, right_root, on, how, filter_left=filter_left, filter_right=filter_right
+        spark, left_root, right_root, on, how, filter_left=filter_left, filter_right=filter_right, suffixes=suffixes
     )
     return df
 
@@ -92,15 +111,25 @@ def join_partitioned_with_plan(
     *,
     filter_left: str | None = None,
     filter_right: str | None = None,
+    suffixes: Sequence[str] | None = None,
 ) -> tuple[DataFrame, JoinPlan]:
     """:func:`join_partitioned`, also returning the plan (``plan.compatible``, ``plan.reason``)."""
     left = PartitionedNamespace.load(left_root)
     right = PartitionedNamespace.load(right_root)
-    plan = plan_namespace_join(left, right, on, how, filter_left=filter_left, filter_right=filter_right)
+    validate_join(left.namespace_schema, right.namespace_schema, on, how, suffixes)
+    dialect = session_dialect(spark)
+    plan = plan_namespace_join(
+        left, right, on, how, filter_left=filter_left, filter_right=filter_right, dialect=dialect
+    )
+    pair = check_suffixes(suffixes)
+    names = join_output_names(left.namespace_schema, right.namespace_schema, plan.on, pair)
     if not plan.compatible:
         log.warning(plan.summary)
         lhs = read_partitioned(spark, left_root, filter=filter_left, manifest_version=left.manifest_version)
         rhs = read_partitioned(spark, right_root, filter=filter_right, manifest_version=right.manifest_version)
+        if pair is not None:
+            shared = {c.lower() for c in shared_columns(left.namespace_schema, right.namespace_schema, plan.on)}
+            lhs, rhs = _suffixed(lhs, shared, plan.on, pair[0]), _suffixed(rhs, shared, plan.on, pair[1])
         return lhs.join(rhs, on=list(plan.on), how=plan.how), plan
     log.info(plan.summary)
     spark.dataSource.register(LancePartitionedJoinDataSource)
@@ -112,12 +141,25 @@ def join_partitioned_with_plan(
         "right_version": str(right.manifest_version),
         "on": json.dumps(list(plan.on)),
         "how": plan.how,
+        **dialect_options(dialect),
     }
     if filter_left:
         options["filter_left"] = filter_left
     if filter_right:
         options["filter_right"] = filter_right
-    return spark.read.format(FORMAT).options(**options).load(), plan
+    scan_suffixes = pair
+    if scan_suffixes is None and len(set(names)) < len(names):
+        scan_suffixes = distinct_suffixes(left.namespace_schema, right.namespace_schema, plan.on)
+    if scan_suffixes is not None:
+        options["suffixes"] = json.dumps(list(scan_suffixes))
+    df = spark.read.format(FORMAT).options(**options).load()
+    return (df if df.columns == names else df.toDF(*names)), plan
+
+
+def _suffixed(df: DataFrame, shared: set[str], on: Sequence[str], suffix: str) -> DataFrame:
+    """``df`` with ``suffix`` added to its non-key columns named (ignoring case) in ``shared``."""
+    renames = {c: c + suffix for c in df.columns if c not in on and c.lower() in shared}
+    return df.withColumnsRenamed(renames) if renames and suffix else df
 
 
 def _default_partitions(spark: SparkSession) -> int:
@@ -145,6 +187,8 @@ class _JoinOptions:
     filter_left: str | None
     filter_right: str | None
     max_partitions: int
+    suffixes: tuple[str, str] | None = None
+    dialect: Dialect = field(default_factory=Dialect)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> _JoinOptions:
@@ -158,7 +202,11 @@ class _JoinOptions:
             keys = json.loads(on)
         except json.JSONDecodeError:
             keys = [k.strip() for k in on.split(",")]
-        lv, rv = get("left_version"), get("right_version")
+        lv, rv, sx = get("left_version"), get("right_version"), get("suffixes")
+        try:
+            suffixes = check_suffixes(json.loads(sx)) if sx else None
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"option suffixes must be a JSON list of two strings, got {sx!r}") from exc
         return cls(
             left=left,
             right=right,
@@ -169,7 +217,24 @@ class _JoinOptions:
             filter_left=get("filter_left") or None,
             filter_right=get("filter_right") or None,
             max_partitions=max(1, int(get("max_partitions") or MAX_PARTITIONS)),
+            suffixes=suffixes,
+            dialect=dialect_from_options({k.lower(): v for k, v in options.items()}),
         )
+
+    def output(
+        self, left: PartitionedNamespace, right: PartitionedNamespace
+    ) -> tuple[tuple[str, ...], JoinType, pa.Schema]:
+        """The keys, the join type and the output schema, whose names must be distinct."""
+        keys, how = validate_join(left.namespace_schema, right.namespace_schema, self.on, self.how, self.suffixes)
+        output = join_output_schema(left.namespace_schema, right.namespace_schema, keys, self.suffixes)
+        if len(set(output.names)) < len(output.names):
+            shared = shared_columns(left.namespace_schema, right.namespace_schema, keys)
+            raise InvalidInput(
+                f"format {FORMAT!r} cannot return two columns of one name ({', '.join(map(repr, shared))} on both "
+                'sides): pass the option suffixes, e.g. \'["_left", "_right"]\', or use join_partitioned, which '
+                "returns Spark's duplicate columns"
+            )
+        return keys, how, output
 
     def namespaces(self) -> tuple[PartitionedNamespace, PartitionedNamespace]:
         return (
@@ -183,8 +248,10 @@ class LancePartitionedJoinDataSource(DataSource):
 
     Options: ``left`` / ``right`` (namespace roots), ``on`` (JSON list of keys), ``how``,
     ``filter_left`` / ``filter_right``, ``left_version`` / ``right_version`` (``__manifest``
-    versions) and ``max_partitions``. It only reads compatibly partitioned sides;
-    :func:`join_partitioned` chooses between it and Spark's join.
+    versions), ``suffixes`` (JSON list of two strings, see :func:`join_partitioned`; needed
+    when a non-key column name is on both sides, since a data source cannot return two
+    columns of one name) and ``max_partitions``. It only reads compatibly partitioned
+    sides; :func:`join_partitioned` chooses between it and Spark's join.
     """
 
     @classmethod
@@ -193,9 +260,7 @@ class LancePartitionedJoinDataSource(DataSource):
 
     def schema(self) -> StructType:
         opts = _JoinOptions.parse(self.options)
-        left, right = opts.namespaces()
-        keys, _ = validate_join(left.namespace_schema, right.namespace_schema, opts.on, opts.how)
-        return spark_schema(join_output_schema(left.namespace_schema, right.namespace_schema, keys))
+        return spark_schema(opts.output(*opts.namespaces())[2])
 
     def reader(self, schema: StructType) -> LancePartitionedJoinReader:
         return LancePartitionedJoinReader(_JoinOptions.parse(self.options))
@@ -222,58 +287,33 @@ class JoinInputPartition(InputPartition):
 
 @dataclass(frozen=True)
 class _SideReader:
-    """Reads one side's tables of a group: exact filters in the Lance scan, the rest in Arrow."""
+    """Reads one side's tables of a group, with its filter applied exactly as Spark would."""
 
     schema: NamespaceSchema
-    lance_filters: tuple[Filter, ...]
-    arrow_filter: Filter | None
+    filter: Filter
     storage_options: Mapping[str, str] | None
 
     @classmethod
-    def of(cls, ns: PartitionedNamespace, filter_sql: str | None) -> _SideReader:
-        f = parse_filter(filter_sql)
-        if isinstance(f, TrueFilter):
-            return cls(ns.namespace_schema, (), None, ns.storage_options)
-        if _exact_in_lance(f, ns.namespace_schema):
-            return cls(ns.namespace_schema, (f,), None, ns.storage_options)
-        return cls(ns.namespace_schema, (), f, ns.storage_options)
+    def of(cls, ns: PartitionedNamespace, filter_sql: str | None, dialect: Dialect) -> _SideReader:
+        bound = exact_side_filter(ns.namespace_schema, filter_sql, dialect)
+        if bound is None:
+            raise InvalidInput(
+                f"format {FORMAT!r} applies side filters itself and cannot evaluate {filter_sql!r}; "
+                "use join_partitioned"
+            )
+        return cls(ns.namespace_schema, bound, ns.storage_options)
 
     def read(self, slices: Sequence[TableSlice]) -> pa.Table:
         output = self.schema.arrow.names
         out_schema = pa.schema([self.schema.arrow.field(c) for c in output])
+        exact = None if isinstance(self.filter, TrueFilter) else self.filter
         batches: list[pa.RecordBatch] = []
         for piece in slices:
             dataset = open_partition_table(
                 piece.uri, piece.read_version, piece.read_branch, piece.read_tag, self.storage_options
             )
-            batches.extend(read_table(dataset, piece, self.schema, output, self.lance_filters))
-        table = pa.Table.from_batches(batches, schema=out_schema)
-        return table if self.arrow_filter is None else spark_filter(table, self.arrow_filter)
-
-
-def spark_filter(table: pa.Table, f: Filter) -> pa.Table:
-    """``table`` filtered by ``f`` in Arrow, with Spark's float order: NaN equals NaN and is
-    above every number. NaN is read as +inf, which is exact for the finite literals a filter
-    can spell."""
-    columns = sorted(columns_of(f))
-    view = []
-    for name in columns:
-        col = table.column(name)
-        if pa.types.is_floating(col.type):
-            col = pc.if_else(pc.is_nan(col), pa.scalar(float("inf"), col.type), col)
-        view.append(col)
-    view.append(pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    rows = pa.Table.from_arrays(view, names=[*columns, _ROW]).filter(to_arrow_expression(f)).column(_ROW)
-    return table.take(rows)
-
-
-def _exact_in_lance(f: Filter, schema: NamespaceSchema) -> bool:
-    """Whether a Lance scan filters exactly as Spark would (floats and binary are filtered in Arrow)."""
-    for name in columns_of(f):
-        t = schema.arrow.field(name).type
-        if pa.types.is_floating(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_nested(t):
-            return False
-    return to_sql(f) is not None
+            batches.extend(read_table(dataset, piece, self.schema, output, self.filter, exact=exact))
+        return pa.Table.from_batches(batches, schema=out_schema)
 
 
 def _slice(table: PartitionTable) -> TableSlice:
@@ -299,13 +339,10 @@ class LancePartitionedJoinReader(DataSourceReader):
 
     def __init__(self, options: _JoinOptions) -> None:
         left, right = options.namespaces()
-        keys, how = validate_join(left.namespace_schema, right.namespace_schema, options.on, options.how)
         self.options = options
-        self.keys = keys
-        self.how = how
-        self.output = join_output_schema(left.namespace_schema, right.namespace_schema, keys)
-        self.left = _SideReader.of(left, options.filter_left)
-        self.right = _SideReader.of(right, options.filter_right)
+        self.keys, self.how, self.output = options.output(left, right)
+        self.left = _SideReader.of(left, options.filter_left, options.dialect)
+        self.right = _SideReader.of(right, options.filter_right, options.dialect)
         self._namespaces: tuple[PartitionedNamespace, PartitionedNamespace] | None = (left, right)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -322,6 +359,7 @@ class LancePartitionedJoinReader(DataSourceReader):
             self.how,
             filter_left=self.options.filter_left,
             filter_right=self.options.filter_right,
+            dialect=self.options.dialect,
         )
         if not plan.compatible:
             raise InvalidInput(f"format {FORMAT!r} cannot join these namespaces: {plan.reason}; use join_partitioned")

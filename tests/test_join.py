@@ -22,14 +22,16 @@ from jobs import join as join_job
 from partitioning import InvalidInput, NamespaceSchema, PartitionedNamespace, PartitionTable, parse_partition_by
 from partitioning.join_plan import (
     JoinSide,
+    join_output_names,
     join_output_schema,
     local_join,
     plan_join,
     plan_namespace_join,
+    validate_join,
 )
 from partitioning.write import write_table
 from pipelines import join_partitioned
-from pipelines.join import join_partitioned_with_plan
+from pipelines.join import LancePartitionedJoinDataSource, join_partitioned_with_plan
 from pipelines.read import read_partitioned
 
 UTC = dt.UTC
@@ -279,9 +281,9 @@ def test_bad_join_requests_are_one_line_invalid_input(buckets, tmp_path):
         plan_namespace_join(left, right, ["nope"], "inner")
     with pytest.raises(InvalidInput, match=r"filter_right uses unknown column\(s\) 'zz'; right columns are: k, b"):
         plan_namespace_join(left, right, ["k"], "inner", filter_right="zz = 1")
+    # a non-key column on both sides is not refused (Spark keeps both): see the tests of shared columns below
     clash = make_namespace(tmp_path / "clash", left_rows(), ["bucket[8](k)"])
-    with pytest.raises(InvalidInput, match=r"^non-key column\(s\) 'a' exist on both sides of the join; rename"):
-        plan_namespace_join(left, PartitionedNamespace.load(clash), ["k"], "inner")
+    assert plan_namespace_join(left, PartitionedNamespace.load(clash), ["k"], "inner").compatible
 
 
 # -- join_partitioned -----------------------------------------------------------------------------
@@ -469,3 +471,154 @@ def test_join_job_bad_key_is_one_line_and_exit_2(buckets, capsys):
     assert "\n" not in err
     assert join_job.main(["--left", buckets[0], "--right", buckets[1], "--on", "k", "--how", "cross"]) == 2
     assert capsys.readouterr().err.strip() == "error: unknown join type 'cross'; allowed: inner, left, right, full"
+
+
+# -- non-key columns on both sides: Spark's columns, or suffixes ------------------------------------
+
+SHARED_NAMES = ["k", "a", "s", "b", "a", "S"]  # Spark keeps both copies; 's' and 'S' are one name to Spark
+
+
+def shared_left() -> pa.Table:
+    """``left_rows`` plus a string column ``s``."""
+    table = left_rows()
+    return table.append_column("s", pa.array([f"l{i}" if i % 5 else None for i in range(table.num_rows)]))
+
+
+def shared_right() -> pa.Table:
+    """``right_rows`` plus ``a`` (a string here, an int64 on the left) and ``S`` (a double, with NaN)."""
+    table = right_rows()
+    n = table.num_rows
+    table = table.append_column("a", pa.array([f"ra{i}" if i % 4 else None for i in range(n)]))
+    return table.append_column("S", pa.array([float("nan") if i % 7 == 0 else i / 2 for i in range(n)]))
+
+
+def suffixed_join(
+    spark: SparkSession, suffixes: tuple[str, str], how: str, fl: str | None = None, fr: str | None = None
+) -> DataFrame:
+    """The oracle with suffixes: Spark's join of the source rows, the shared columns renamed by hand first."""
+    lhs, rhs = spark.createDataFrame(shared_left()), spark.createDataFrame(shared_right())
+    lhs, rhs = lhs.filter(fl) if fl else lhs, rhs.filter(fr) if fr else rhs
+    lhs = lhs.withColumnsRenamed({"a": "a" + suffixes[0], "s": "s" + suffixes[0]})
+    rhs = rhs.withColumnsRenamed({"a": "a" + suffixes[1], "S": "S" + suffixes[1]})
+    return lhs.join(rhs, ["k"], how)
+
+
+def assert_same_columns(actual: DataFrame, expected: DataFrame, names: Sequence[str]) -> None:
+    """Same column names (duplicates included) in the same order, then the same rows and types,
+    compared by position (chispa cannot sort by a duplicated name)."""
+    assert actual.columns == expected.columns == list(names)
+    positional = [f"c{i}" for i in range(len(names))]
+    assert_same(actual.toDF(*positional), expected.toDF(*positional))
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """Left bucket[16](k) and right bucket[8](k), with non-key columns on both sides."""
+    base = tmp_path_factory.mktemp("shared")
+    return (
+        make_namespace(base / "left", shared_left(), ["bucket[16](k)"]),
+        make_namespace(base / "right", shared_right(), ["bucket[8](k)"]),
+    )
+
+
+def test_output_names_follow_spark_or_the_suffixes(shared):
+    left, right = (PartitionedNamespace.load(r).namespace_schema for r in shared)
+    assert join_output_names(left, right, ["k"]) == SHARED_NAMES
+    assert join_output_schema(left, right, ["k"]).names == SHARED_NAMES
+    assert join_output_names(left, right, ["k"], ("_l", "_r")) == ["k", "a_l", "s_l", "b", "a_r", "S_r"]
+    assert join_output_names(left, right, ["k"], ("", "_r")) == ["k", "a", "s", "b", "a_r", "S_r"]
+    assert validate_join(left, right, ["k"], "full", ("_l", "_r")) == (("k",), "full")
+
+
+@pytest.mark.parametrize(
+    ("suffixes", "message"),
+    [
+        (("_x", "_x"), r"^suffixes \('_x', '_x'\) leave duplicate output column\(s\) 'a_x', 'S_x'; choose suffixes"),
+        (("", ""), r"^suffixes \('', ''\) leave duplicate output column\(s\) 'a', 'S'; choose suffixes"),
+        (("_X", "_x"), r"^suffixes \('_X', '_x'\) leave duplicate output column\(s\) 'a_x', 'S_x'; choose"),
+        ("_l", r"^suffixes must be two strings \(left, right\), e\.g\. \('_left', '_right'\); got '_l'$"),
+        (("_l", "_r", "_x"), r"^suffixes must be two strings"),
+        (("_l", 1), r"^suffixes must be two strings"),
+    ],
+)
+def test_bad_suffixes_are_one_line_invalid_input(shared, suffixes, message):
+    left, right = (PartitionedNamespace.load(r).namespace_schema for r in shared)
+    with pytest.raises(InvalidInput, match=message):
+        validate_join(left, right, ["k"], "inner", suffixes)
+
+
+def test_the_join_data_source_needs_suffixes_for_shared_columns(shared):
+    """A Python data source cannot return two columns of one name, so its schema asks for suffixes."""
+    options = {"left": shared[0], "right": shared[1], "on": '["k"]', "how": "inner"}
+    with pytest.raises(InvalidInput, match=r"^format 'lance_partitioned_join' cannot return two columns of one name"):
+        LancePartitionedJoinDataSource(options).schema()
+    schema = LancePartitionedJoinDataSource({**options, "suffixes": '["_l", "_r"]'}).schema()
+    assert schema.names == ["k", "a_l", "s_l", "b", "a_r", "S_r"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", HOWS)
+def test_shared_columns_spj_gives_sparks_columns_without_exchange(spark, shared, how):
+    df, plan = join_partitioned_with_plan(spark, *shared, ["k"], how)
+    assert plan.compatible, plan.reason
+    assert "Exchange" not in physical_plan(df)
+    assert "lance_partitioned_join" in physical_plan(df)
+    assert_same_columns(df, spark_join(spark, shared_left(), shared_right(), ["k"], how), SHARED_NAMES)
+
+
+@pytest.mark.slow
+def test_shared_columns_spj_with_suffixes_and_filters(spark, shared):
+    fl, fr = "a < 50 OR k IS NULL", "a IS NOT NULL"  # each side's own 'a'
+    names = ["k", "a_left", "s_left", "b", "a_right", "S_right"]
+    for how in ("full", "inner"):
+        df, plan = join_partitioned_with_plan(
+            spark, *shared, ["k"], how, filter_left=fl, filter_right=fr, suffixes=("_left", "_right")
+        )
+        assert plan.compatible, plan.reason
+        assert "Exchange" not in physical_plan(df)
+        assert_same_columns(df, suffixed_join(spark, ("_left", "_right"), how, fl, fr), names)
+    df = join_partitioned(spark, *shared, "k", "left", suffixes=("", "_r"))
+    assert_same_columns(df, suffixed_join(spark, ("", "_r"), "left"), ["k", "a", "s", "b", "a_r", "S_r"])
+
+
+@pytest.mark.slow
+def test_shared_columns_fallback_gives_sparks_columns_or_the_suffixes(spark, tmp_path, caplog):
+    roots = (
+        make_namespace(tmp_path / "l", shared_left(), ["bucket[16](k)"]),
+        make_namespace(tmp_path / "r", shared_right(), ["bucket[5](k)"]),
+    )
+    with caplog.at_level("WARNING", logger="lance_partitioned"):
+        df, plan = join_partitioned_with_plan(spark, *roots, ["k"], "full")
+    assert not plan.compatible
+    assert "Exchange" in physical_plan(df)
+    assert_same_columns(df, spark_join(spark, shared_left(), shared_right(), ["k"], "full"), SHARED_NAMES)
+    df = join_partitioned(spark, *roots, ["k"], "right", suffixes=("_left", "_right"))
+    names = ["k", "a_left", "s_left", "b", "a_right", "S_right"]
+    assert_same_columns(df, suffixed_join(spark, ("_left", "_right"), "right"), names)
+
+
+@pytest.mark.slow
+def test_join_job_parquet_with_shared_columns_needs_suffixes(spark, shared, tmp_path, capsys):
+    out = tmp_path / "joined"
+    args = ["--left", shared[0], "--right", shared[1], "--on", "k", "--output", str(out)]
+    assert join_job.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "error: column(s) 'a', 'S' are on both sides of the join and parquet cannot hold two columns of one name; "
+        "pass --suffixes LEFT RIGHT (e.g. --suffixes _left _right) or --output-format csv"
+    )
+    assert not out.exists()
+    assert join_job.main([*args, "--how", "full", "--suffixes", "_l", "_r"]) == 0
+    assert f"join: wrote parquet to {out}" in capsys.readouterr().out
+    expected = suffixed_join(spark, ("_l", "_r"), "full")
+    assert_same_columns(spark.read.parquet(str(out)), expected, ["k", "a_l", "s_l", "b", "a_r", "S_r"])
+
+
+@pytest.mark.slow
+def test_join_job_csv_keeps_sparks_duplicate_columns(shared, tmp_path, capsys):
+    out = tmp_path / "joined"
+    args = ["--left", shared[0], "--right", shared[1], "--on", "k", "--output", str(out), "--output-format", "csv"]
+    assert join_job.main(args) == 0
+    assert f"join: wrote csv to {out}" in capsys.readouterr().out
+    headers = {p.read_text().splitlines()[0] for p in out.glob("part-*.csv") if p.read_text()}
+    assert headers == {",".join(SHARED_NAMES)}
