@@ -19,7 +19,7 @@ import sys
 
 from jobs._cli import add_output_arguments, run, write_or_show
 from partitioning import PartitionedNamespace
-from pipelines.read import read_partitioned
+from pipelines.read import read_partitioned, session_dialect
 from pipelines.session import build_session
 
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> None:
         ns = PartitionedNamespace.load(args.root, manifest_version=args.version)
-        plan = ns.plan_scan(args.filter)
+        plan = ns.plan_scan(args.filter, dialect=session_dialect(spark))
         print(plan.summary)
         df = read_partitioned(spark, args.root, filter=args.filter, columns=args.columns, manifest_version=args.version)
         write_or_show(df, args, "query")

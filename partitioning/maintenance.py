@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,17 +22,12 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
-from partitioning.filters import (
-    Filter,
-    columns_of,
-    parse_filter,
-    to_arrow_expression,
-    to_sql,
-)
+from partitioning.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
 from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
-from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
+from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.orphans import find_orphans, merged, recorded_read_versions
-from partitioning.schema import NamespaceSchema
+from partitioning.scan import ScanTask
+from partitioning.sqlengine import matching_rows
 from partitioning.tables import (
     align_schema,
     as_latest,
@@ -122,9 +117,13 @@ def plan_compaction(
     filter: str | Filter | None = None,
     *,
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+    time_zone: str = "UTC",
+    dialect: Dialect | None = None,
 ) -> list[CompactionTask]:
     """Bins of small fragments (or fragments with deleted rows) to rewrite, per selected table.
 
+    ``filter`` only selects partition tables (compaction never changes rows), read as
+    DataFusion SQL with zone-less timestamps in ``time_zone``, or in ``dialect``.
     A bin holds consecutive small fragments up to ``target_rows_per_fragment`` rows; a
     bin of one fragment is rewritten only if it has deletions to drop.
     """
@@ -132,7 +131,7 @@ def plan_compaction(
         raise InvalidInput(f"target_rows_per_fragment must be at least 1, got {target_rows_per_fragment}")
     opts = tuple(sorted((ns.storage_options or {}).items()))
     tasks = []
-    for task in ns.plan_scan(filter):
+    for task in ns.plan_scan(filter, time_zone=time_zone, dialect=dialect):
         if task.read_branch is not None or task.read_tag is not None or task.read_version is None:
             continue
         ds = _open(task.uri, task.read_version, ns.storage_options)
@@ -219,16 +218,24 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
 
 
 def compact_local(
-    ns: PartitionedNamespace, filter: str | Filter | None = None, *, target_rows_per_fragment: int = DEFAULT_TARGET_ROWS
+    ns: PartitionedNamespace,
+    filter: str | Filter | None = None,
+    *,
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+    time_zone: str = "UTC",
 ) -> MaintenanceReport:
     """:func:`plan_compaction`, :func:`rewrite` and :func:`commit_compaction` in this process."""
-    tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment)
+    tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment, time_zone=time_zone)
     if not tasks:
         return MaintenanceReport("compact", ns.root, ns.manifest_version)
     return commit_compaction(ns, [rewrite(t) for t in tasks])
 
 
 # -- drop partitions and delete rows -------------------------------------------------------------
+RowMatcher = Callable[[pa.Table, str], list[int]]
+"""Indexes of the rows of an Arrow table a SQL filter selects (DataFusion, or Spark's where)."""
+
+
 def _identity_columns(ns: PartitionedNamespace, spec_id: int) -> dict[str, str]:
     """Column name -> identity partition field id, for one spec version."""
     schema = ns.namespace_schema
@@ -241,37 +248,50 @@ def _identity_columns(ns: PartitionedNamespace, spec_id: int) -> dict[str, str]:
     return out
 
 
-def _whole_table_matches(ns: PartitionedNamespace, table: PartitionTable, f: Filter) -> bool:
-    """Whether every row of the table satisfies ``f``, judged from its identity partition values."""
-    columns = _identity_columns(ns, table.spec_id)
-    outside = sorted(columns_of(f) - set(columns))
-    if outside:
-        raise InvalidInput(
-            f"drop_partitions: column {outside[0]!r} is not an identity partition column of spec "
-            f"v{table.spec_id} (those are: {', '.join(sorted(columns)) or 'none'}); use delete_rows for row filters"
-        )
-    schema = ns.schema
-    row = pa.table(
-        {c: pa.array([table.values[fid]], schema.field(c).type) for c, fid in columns.items() if c in columns_of(f)}
-    )
-    return row.filter(to_arrow_expression(f)).num_rows == 1
+def _datafusion(table: pa.Table, filter_sql: str) -> list[int]:
+    return matching_rows(table, filter_sql)
 
 
-def drop_partitions(root: str | PartitionedNamespace, filter: str) -> MaintenanceReport:
+def drop_partitions(
+    root: str | PartitionedNamespace,
+    filter: str,
+    *,
+    matcher: RowMatcher | None = None,
+    dialect: Dialect | None = None,
+) -> MaintenanceReport:
     """Remove whole partition tables whose identity partition values satisfy ``filter``.
 
     The filter may use only identity partition columns, so a table is dropped only when
-    every row in it matches. ONE ``__manifest`` commit removes the tables and any
-    namespace left empty; their files remain for time travel until :func:`vacuum`.
+    every row in it matches. It is applied to each table's partition values by
+    ``matcher`` (Spark's where, from :mod:`pipelines.maintenance`) or, without one, by
+    DataFusion. ONE ``__manifest`` commit removes the tables and any namespace left
+    empty; their files remain for time travel until :func:`vacuum`.
     """
     ns = _namespace(root)
-    f = parse_filter(filter)
-    if not columns_of(f):
+    d = dialect or Dialect.datafusion()
+    parsed = parse_filter(filter, d, strict=False)
+    if isinstance(parsed, TrueFilter):
         raise InvalidInput("drop_partitions needs a filter on identity partition columns, e.g. \"country = 'US'\"")
+    match = matcher or _datafusion
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
         tables = {t.object_id: t for t in ns.partitions()}
-        doomed = [t.object_id for t in ns.plan_scan(f) if _whole_table_matches(ns, tables[t.object_id], f)]
+        candidates = [tables[t.object_id] for t in ns.plan_scan(filter, dialect=d)]
+        doomed: list[str] = []
+        for spec_id in sorted({t.spec_id for t in candidates}):
+            columns = _identity_columns(ns, spec_id)
+            names = ns.schema.names
+            outside = sorted(set(referenced_columns(filter, names, d.case_sensitive, d)) - set(columns))
+            if outside:
+                raise InvalidInput(
+                    f"drop_partitions: column {outside[0]!r} is not an identity partition column of spec "
+                    f"v{spec_id} (those are: {', '.join(sorted(columns)) or 'none'}); use delete_rows for row filters"
+                )
+            group = [t for t in candidates if t.spec_id == spec_id]
+            values = pa.table(
+                {c: pa.array([t.values[fid] for t in group], ns.schema.field(c).type) for c, fid in columns.items()}
+            )
+            doomed.extend(group[i].object_id for i in match(values, filter))
         if not doomed:
             return MaintenanceReport("drop_partitions", ns.root, ns.manifest_version)
         try:
@@ -282,46 +302,72 @@ def drop_partitions(root: str | PartitionedNamespace, filter: str) -> Maintenanc
     raise ConcurrentModification(f"drop_partitions on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
 
 
-def _has_matches(
-    uri: str, version: int, f: Filter, schema: NamespaceSchema, storage_options: Mapping[str, str] | None
-) -> bool:
-    """Whether the table holds a row matching ``f``, read with the namespace's reconciliation
-    (renamed columns by id, missing ones as NULL), without committing anything."""
-    ds = _open(uri, version, storage_options)
-    mapping = dataset_columns(ds.schema, schema)
-    needed = sorted(columns_of(f))
-    with translate_lance_errors(f"scan {uri}"):
-        table = ds.to_table(columns=[mapping[c] for c in needed if c in mapping])
-    view = reconcile(table, mapping, needed, schema, uri)
-    return view.filter(to_arrow_expression(f)).num_rows > 0
+def rows_to_delete_datafusion(
+    ns: PartitionedNamespace, tasks: Sequence[ScanTask], filter_sql: str
+) -> dict[str, list[int]]:
+    """Row addresses per table that ``filter_sql`` (DataFusion SQL) selects, read with the
+    namespace's reconciliation (renamed columns by id, missing ones as NULL)."""
+    schema = ns.namespace_schema
+    needed = referenced_columns(filter_sql, schema.arrow.names, False, Dialect.datafusion())
+    out: dict[str, list[int]] = {}
+    for task in tasks:
+        assert task.read_version is not None
+        ds = _open(task.uri, task.read_version, ns.storage_options)
+        mapping = dataset_columns(ds.schema, schema)
+        with translate_lance_errors(f"scan partition table {task.object_id}"):
+            table = ds.to_table(columns=[mapping[c] for c in needed if c in mapping], with_row_address=True)
+        view = reconcile(table, mapping, needed, schema, task.object_id)
+        rows = matching_rows(view, filter_sql)
+        if rows:
+            out[task.object_id] = table.column("_rowaddr").take(pa.array(rows, pa.int64())).to_pylist()
+    return out
 
 
-def delete_rows(root: str | PartitionedNamespace, filter: str) -> MaintenanceReport:
+RowFinder = Callable[[PartitionedNamespace, Sequence[ScanTask], str], Mapping[str, Sequence[int]]]
+
+
+def delete_rows(
+    root: str | PartitionedNamespace,
+    filter: str,
+    *,
+    find_rows: RowFinder | None = None,
+    dialect: Dialect | None = None,
+) -> MaintenanceReport:
     """Delete the rows matching ``filter`` with Lance deletes, in the pruned tables only.
 
-    Each affected table gets a new version (its schema first brought up to the
-    namespace schema, metadata-only), then ONE ``__manifest`` commit moves them all.
+    ``find_rows`` says which rows of the candidate tables match (Spark's where, from
+    :mod:`pipelines.maintenance`); without it the filter is DataFusion SQL applied in
+    this process (zone-less timestamps are UTC, as in a Lance scan). Each table that
+    loses rows gets a new version (its schema first brought up to the namespace schema,
+    metadata-only), then ONE ``__manifest`` commit moves them all.
     """
     ns = _namespace(root)
-    f = parse_filter(filter)
-    if not columns_of(f):
+    d = dialect or Dialect.datafusion()
+    if isinstance(parse_filter(filter, d, strict=False), TrueFilter):
         raise InvalidInput("delete_rows needs a filter; to remove everything, overwrite the namespace")
+    finder = find_rows or rows_to_delete_datafusion
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
         schema = ns.namespace_schema
         tables = {t.object_id: t for t in ns.partitions()}
-        commits, rows = [], 0
-        for task in ns.plan_scan(f):
+        tasks = list(ns.plan_scan(filter, dialect=d))
+        for task in tasks:
             if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
                 raise InvalidInput(f"delete_rows: table {task.object_id} is read from a branch or tag; not supported")
-            if not _has_matches(task.uri, task.read_version, f, schema, ns.storage_options):
+        found = finder(ns, tasks, filter)
+        commits, rows = [], 0
+        for task in tasks:
+            addresses = sorted(set(found.get(task.object_id, ())))
+            if not addresses:
                 continue
+            assert task.read_version is not None
             head = as_latest(task.uri, task.read_version, ns.storage_options)
             if not is_aligned(head, schema):
                 head = align_schema(task.uri, head, schema, ns.storage_options)
             before = head.count_rows()
             with translate_lance_errors(f"delete rows from {task.object_id}"):
-                head.delete(to_sql(f))
+                for i in range(0, len(addresses), 10_000):
+                    head.delete(f"_rowaddr IN ({', '.join(map(str, addresses[i : i + 10_000]))})")
             removed = before - head.count_rows()
             if removed:
                 table = tables[task.object_id]

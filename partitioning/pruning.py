@@ -6,6 +6,11 @@ table that *may* hold a matching row. Each leaf becomes a necessary condition on
 partition values; anything that cannot be translated becomes True. So pruning is
 sound by construction: it may keep too much, never too little. The filter itself
 is always applied to the rows read (the residual).
+
+The filter must come from :func:`partitioning.binding.bind`: negation normal form, with
+literals of their column's type. Floats follow Spark: NaN equals NaN and is above every
+number (identity partition values are normalised to one NaN and 0.0); a bucket of
+0.0 may hold -0.0 (its hash differs), and NaN rows may hash anywhere.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
@@ -21,10 +27,11 @@ import pyarrow.compute as pc
 
 from partitioning.errors import PartitioningError
 from partitioning.expression import evaluate_expression_scalar
-from partitioning.filters import And, Cmp, Filter, In, IsNull, Like, Not, Or, TrueFilter, parse_date, parse_timestamp
+from partitioning.filters import And, Approx, Cmp, Const, Filter, In, IsNull, Like, Not, Opaque, Or, TrueFilter
 from partitioning.manifest import partition_column
 from partitioning.schema import NamespaceSchema, field_id_of
 from partitioning.spec import PartitionField, PartitionSpec
+from partitioning.sqlparse import DECIMAL_CONTEXT
 from partitioning.transforms import (
     DayTransform,
     HourTransform,
@@ -47,44 +54,22 @@ class _CannotPrune(Exception):
 
 
 def coerce_literal(value: Any, t: pa.DataType) -> Any:
-    """A filter literal as a Python value of Arrow type ``t`` (raises _CannotPrune if unsure)."""
+    """A bound literal checked against its column type (raises _CannotPrune if it does not fit)."""
     if value is None:
         return None
-    if pa.types.is_timestamp(t):
-        if isinstance(value, str):
-            return parse_timestamp(value)
-        if isinstance(value, dt.datetime):
-            return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-        if isinstance(value, dt.date):
-            return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
-    elif pa.types.is_date(t):
-        if isinstance(value, str):
-            return parse_date(value)
-        if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-            return value
-    elif pa.types.is_integer(t):
-        if isinstance(value, bool):
-            raise _CannotPrune
-        if isinstance(value, int):
-            return value
-        if isinstance(value, decimal.Decimal | float) and value == int(value):
-            return int(value)
-    elif pa.types.is_decimal(t):
-        if isinstance(value, int | decimal.Decimal) and not isinstance(value, bool):
-            return decimal.Decimal(value)
-    elif pa.types.is_floating(t):
-        if isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool):
-            return float(value)
-    elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        if isinstance(value, str):
-            return value
-    elif pa.types.is_boolean(t):
-        if isinstance(value, bool):
-            return value
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        if isinstance(value, bytes):
-            return value
-    raise _CannotPrune
+    ok = (
+        (pa.types.is_timestamp(t) and isinstance(value, dt.datetime) and (value.tzinfo is None) == (t.tz is None))
+        or (pa.types.is_date(t) and isinstance(value, dt.date) and not isinstance(value, dt.datetime))
+        or (pa.types.is_integer(t) and isinstance(value, int) and not isinstance(value, bool))
+        or (pa.types.is_decimal(t) and isinstance(value, decimal.Decimal))
+        or (pa.types.is_floating(t) and isinstance(value, float))
+        or ((pa.types.is_string(t) or pa.types.is_large_string(t)) and isinstance(value, str))
+        or (pa.types.is_boolean(t) and isinstance(value, bool))
+        or ((pa.types.is_binary(t) or pa.types.is_large_binary(t)) and isinstance(value, bytes))
+    )
+    if not ok:
+        raise _CannotPrune
+    return value
 
 
 def _lit(value: Any, t: pa.DataType) -> pa.Scalar:
@@ -150,8 +135,12 @@ class _Compiler:
     # -- compile -----------------------------------------------------------------------------
     def compile(self, f: Filter) -> Expr | None:
         """An expression true for partitions that may match, or None for "all may match"."""
-        if isinstance(f, TrueFilter):
+        if isinstance(f, TrueFilter | Opaque):
             return None
+        if isinstance(f, Const):
+            return None if f.value is True else pc.scalar(False)
+        if isinstance(f, Approx):
+            return self.compile(f.child)
         if isinstance(f, And):
             parts = [self.compile(c) for c in f.children]
             parts.extend(self._multi_bucket(f.children))
@@ -191,6 +180,8 @@ class _Compiler:
         if src is None or not fields:
             return None
         v = coerce_literal(f.value, src.type)
+        if pa.types.is_floating(src.type):
+            return self._float_cmp(f.op, v, src.type, fields)
         conds: list[Expr] = []
         for pf in fields:
             col, rt = self._col(pf), self._rtype(pf)
@@ -209,6 +200,28 @@ class _Compiler:
             time = self._time_range(fields, f.op, v, src.type)
             if time is not None:
                 conds.append(time)
+        return _and(conds) if conds else None
+
+    def _float_cmp(self, op: str, v: float, t: pa.DataType, fields: list[PartitionField]) -> Expr | None:
+        """Spark's float order: NaN equals NaN and is above every number; -0.0 equals 0.0."""
+        conds: list[Expr] = []
+        for pf in fields:
+            col = self._col(pf)
+            if isinstance(pf.transform, IdentityTransform):
+                wide = col.cast(pa.float64())
+                nan = pc.coalesce(pc.is_nan(wide), pa.scalar(False))
+                if math.isnan(v):
+                    cond = {"=": nan, "!=": ~nan, "<": ~nan, "<=": wide.is_valid(), ">": pc.scalar(False), ">=": nan}
+                    conds.append(_not_null(cond[op] & wide.is_valid()))
+                    continue
+                lit = pa.scalar(v, pa.float64())
+                base = _not_null(wide != lit) | nan if op == "!=" else _not_null(_compare_eq(wide, op, lit))
+                conds.append(base | nan if op in (">", ">=") else base)
+            elif op == "=" and not math.isnan(v):
+                hashed = {self._value(pf, x, t) for x in ({v, -v} if v == 0 else {v})}
+                hashed.discard(None)
+                rt = self._rtype(pf)
+                conds.append(_not_null(pc.is_in(col, value_set=pa.array(sorted(hashed, key=repr), type=rt))))
         return _and(conds) if conds else None
 
     def _time_range(self, fields: list[PartitionField], op: str, v: Any, t: pa.DataType) -> Expr | None:
@@ -242,6 +255,11 @@ class _Compiler:
         if src is None or not fields:
             return None
         values = [coerce_literal(v, src.type) for v in f.values if v is not None]
+        if pa.types.is_floating(src.type):
+            parts = [self._float_cmp("=", v, src.type, fields) for v in values]
+            if not parts:
+                return pc.scalar(False)
+            return None if any(p is None for p in parts) else _or([p for p in parts if p is not None])
         conds = []
         for pf in fields:
             mapped = {self._value(pf, v, src.type) for v in values}
@@ -256,6 +274,11 @@ class _Compiler:
         return _and(conds) if conds else None
 
     def _like(self, f: Like) -> Expr | None:
+        if f.kind == "pattern":
+            prefix = _literal_prefix(f.text)
+            if not prefix:
+                return None
+            f = Like(f.column, "starts", prefix)
         src, fields = self._fields_of(f.column)
         if src is None or not isinstance(coerce_literal(f.text, src.type), str):
             return None
@@ -292,6 +315,8 @@ class _Compiler:
         ident = [pf for pf in fields if isinstance(pf.transform, IdentityTransform)]
         if not ident:
             return None
+        if isinstance(child, In) and any(v is None for v in child.values):
+            return pc.scalar(False)  # x NOT IN (..., NULL) is never TRUE
         inner = self._leaf(child)
         if inner is None:
             return None
@@ -315,7 +340,7 @@ class _Compiler:
             if any(s is None or s.name not in literals for s in sources):
                 continue
             try:
-                choices = [[coerce_literal(v, s.type) for v in literals[s.name]] for s in sources]  # type: ignore[union-attr]
+                choices = [_hash_inputs([coerce_literal(v, s.type) for v in literals[s.name]]) for s in sources]  # type: ignore[union-attr]
             except _CannotPrune:
                 continue
             combos = list(itertools.islice(itertools.product(*choices), _MAX_COMBINATIONS + 1))
@@ -340,6 +365,39 @@ class _Compiler:
         return out
 
 
+def _hash_inputs(values: list[Any]) -> list[Any]:
+    """Values whose hashes a row equal to one of ``values`` may have: 0.0 also as -0.0."""
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, float) and math.isnan(v):
+            raise _CannotPrune  # NaN payloads hash differently
+        out.append(v)
+        if isinstance(v, float) and v == 0:
+            out.append(-v)
+    return out
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The plain text a backslash-escaped LIKE pattern starts with."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c in "%_":
+            break
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _compare_eq(col: Expr, op: str, lit: pa.Scalar) -> Expr:
+    return col == lit if op == "=" else _compare(col, op, lit)
+
+
 def _compare(col: Expr, op: str, lit: pa.Scalar) -> Expr:
     return {"<": col < lit, "<=": col <= lit, ">": col > lit, ">=": col >= lit}[op]
 
@@ -347,7 +405,7 @@ def _compare(col: Expr, op: str, lit: pa.Scalar) -> Expr:
 def _starts_period(v: Any, depth: int) -> bool:
     """Is ``v`` the first instant of its (year, month, day, hour)[:depth] period?"""
     if isinstance(v, dt.datetime):
-        v = v.astimezone(dt.UTC)
+        v = v.astimezone(dt.UTC) if v.tzinfo is not None else v
         parts = [v.month == 1, v.day == 1, v.hour == 0, (v.minute, v.second, v.microsecond) == (0, 0, 0)]
     elif isinstance(v, dt.date):
         parts = [v.month == 1, v.day == 1, True, True]
@@ -371,5 +429,9 @@ def _or(parts: Sequence[Expr]) -> Expr:
 
 
 def partition_condition(f: Filter, spec: PartitionSpec, schema: NamespaceSchema) -> Expr | None:
-    """For one spec version: an expression over manifest columns, None meaning "keep all"."""
-    return _Compiler(spec, schema).compile(f)
+    """For one spec version: an expression over manifest columns, None meaning "keep all".
+
+    ``f`` must be bound (:func:`partitioning.binding.bind`).
+    """
+    with decimal.localcontext(DECIMAL_CONTEXT):
+        return _Compiler(spec, schema).compile(f)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioning.filters import Filter, TrueFilter, negation_normal_form, to_sql
+from partitioning.filters import Filter, TrueFilter, to_sql
 from partitioning.manifest import join_uri
 from partitioning.pruning import partition_condition
 from partitioning.schema import NamespaceSchema
@@ -72,10 +72,15 @@ def plan_tables(
     schema: NamespaceSchema,
     f: Filter,
     manifest_version: int,
+    *,
+    residual: str | None = None,
 ) -> ScanPlan:
-    """Prune the manifest's table rows with ``f``, spec version by spec version."""
-    nnf = negation_normal_form(f)
-    residual = to_sql(f) if not isinstance(f, TrueFilter) else None
+    """Prune the manifest's table rows with the bound filter ``f``, spec version by spec version.
+
+    ``residual`` is the filter text the tasks carry (default: ``f`` rendered as SQL).
+    """
+    if residual is None and not isinstance(f, TrueFilter):
+        residual = to_sql(f)
     tables = manifest.filter(pc.field("object_type") == "table")
     prefix = pc.extract_regex(tables.column("object_id").combine_chunks(), r"^v(?P<n>\d+)\$").field("n")
     spec_of = pc.cast(prefix, pa.int64())
@@ -85,7 +90,7 @@ def plan_tables(
     for spec_id, spec in sorted(specs.items()):
         rows = tables.filter(pc.equal(spec_of, spec_id))
         total[spec_id] = rows.num_rows
-        condition = partition_condition(nnf, spec, schema)
+        condition = partition_condition(f, spec, schema)
         if condition is not None and rows.num_rows:
             rows = rows.filter(condition)
         kept[spec_id] = rows.num_rows

@@ -1,67 +1,219 @@
-"""The ``lance_partitioned`` Python Data Source: reads with manifest pruning, and writes.
+"""The ``lance_partitioned`` Python Data Source (reads; writes are in :mod:`pipelines.source_writer`).
 
-Reads: ``spark.read.format("lance_partitioned").load(root)`` (options ``versionAsOf``
-for an older ``__manifest`` version, ``columns`` to read a subset, ``filter`` for a
-SQL filter used for pruning and in the scans, ``rows_per_split`` for how many rows of
-one large table a task reads, ``max_partitions`` for how many tasks share many small
-tables). ``pushFilters`` prunes partition tables
-through ``__manifest`` and pushes the filters into each Lance scan; ``partitions()``
-returns one :class:`LanceInputPartition` per table (per fragment group for large
-tables when there are few tables), each at the table's ``read_version``.
+``spark.read.format("lance_partitioned").load(root)`` reads the namespace at the
+``__manifest`` version current when the DataFrame is created (or ``versionAsOf``):
+schema and data of one DataFrame always come from one version, however often and in
+however many scans it is used. Load again to see later writes.
 
-Writes:
-``df.write.format("lance_partitioned").mode("append" | "overwrite").option(...).save(root)``
-goes through the same protocol as :func:`pipelines.write.write_partitioned`:
-tasks write fragments and return commit messages, and ``commit`` makes the dataset
-commits and ONE ``__manifest`` commit. Spark gives a data source writer its input as
-is, so partition values are computed with the Arrow transforms inside the tasks and
-each task keeps at most ``max_open_writers`` partition buffers.
+Read options (names are case-insensitive; any other option is an error):
+``versionAsOf``, ``columns`` (a comma-separated subset), ``filter`` (pruned and applied
+by the source; see :mod:`pipelines.reader`), ``prune_filter`` (pruning only; the caller
+applies it), ``timeZone`` and ``sqlConf`` (how the filters' SQL is read; set by
+:func:`pipelines.read.read_partitioned` from the session), ``rows_per_split``,
+``max_partitions``, ``with_row_address`` (adds ``_lance_table`` and ``_lance_rowaddr``).
 
-Options: ``partition_by`` (``"day(ts); bucket[16](user_id)"`` or a JSON list, to
-create the namespace), ``write_id``, ``max_rows_per_file``, ``max_open_writers``,
-and ``partitionOverwriteMode=dynamic`` (or the session setting
-``spark.sql.sources.partitionOverwriteMode``) to make ``overwrite`` replace only the
-partitions present in the DataFrame.
+Which filters prune: PySpark 4.3 shares one read plan between all scans of a DataFrame
+(see :mod:`pipelines.reader`), so filters Spark pushes (``df.where(...)``) are handed
+back to Spark and prune nothing; the ``filter``/``prune_filter`` options and
+``read_partitioned(filter=...)`` prune. :func:`register_data_source` probes once per
+Spark version whether pushed filters are kept per scan, and only then registers the
+source that prunes with them too.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from typing import Any
+
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource
+from pyspark.sql import datasource as ds
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from partitioning.errors import SpecError
+from partitioning.errors import InvalidInput, SpecError
 from partitioning.namespace import PartitionedNamespace
-from pipelines.read import LancePartitionedReader, read_schema
+from pipelines.read import read_schema
+from pipelines.reader import ROW_ADDRESS, ROW_TABLE, LancePartitionedReader, PerScanPushdownReader
 from pipelines.source_writer import LancePartitionedWriter
 
-__all__ = ["LancePartitionedDataSource", "register_data_source"]
+__all__ = [
+    "READ_OPTIONS",
+    "LancePartitionedDataSource",
+    "PerScanPushdownDataSource",
+    "pushdown_is_per_scan",
+    "register_data_source",
+]
+
+log = logging.getLogger("lance_partitioned")
+READ_OPTIONS = (
+    "path",
+    "versionAsOf",
+    "columns",
+    "filter",
+    "prune_filter",
+    "timeZone",
+    "sqlConf",
+    "rows_per_split",
+    "max_partitions",
+    "with_row_address",
+)
+_PROBED: dict[str, bool] = {}
+LAST_SHARED_PLAN_VERSION = (4, 3, 0)
 
 
 def register_data_source(spark: SparkSession) -> None:
-    """Make ``format("lance_partitioned")`` available in this session (with filter pushdown on)."""
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(LancePartitionedDataSource)
+    """Make ``format("lance_partitioned")`` available in this session."""
+    if pushdown_is_per_scan(spark):
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        spark.dataSource.register(PerScanPushdownDataSource)
+    else:
+        spark.dataSource.register(LancePartitionedDataSource)
+
+
+# What Spark adds for a catalog table (CREATE TABLE ... USING lance_partitioned).
+_CATALOG_KEYS = ("location", "provider", "owner", "external", "is_managed_location")
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    """Options with lower-case keys; a catalog table's ``option.<k>`` as ``k``, its location as path."""
+    out = {}
+    for key, value in options.items():
+        k = key.lower()
+        out[k[len("option.") :] if k.startswith("option.") else k] = value
+    if "path" not in out and out.get("location"):
+        out["path"] = out["location"]
+    path = out.get("path")
+    if path and path.startswith("file:"):
+        out["path"] = urllib.parse.urlparse(path).path
+    return out
 
 
 class LancePartitionedDataSource(DataSource):
+    reader_class: type[LancePartitionedReader] = LancePartitionedReader
+
     @classmethod
     def name(cls) -> str:
         return "lance_partitioned"
 
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.pinned_version: int | None = None
+
     def _namespace(self) -> PartitionedNamespace:
-        root = self.options.get("path")
+        options = _lower(self.options)
+        root = options.get("path")
         if not root:
             raise SpecError("load(path) is required: the namespace root")
-        version = self.options.get("versionAsOf", self.options.get("versionasof"))
-        return PartitionedNamespace.load(root, manifest_version=int(version) if version is not None else None)
+        version = options.get("versionasof")
+        if version is not None:
+            try:
+                pinned: int | None = int(version)
+            except ValueError:
+                raise InvalidInput(f"option versionAsOf must be a __manifest version number, got {version!r}") from None
+        else:
+            pinned = self.pinned_version
+        return PartitionedNamespace.load(root, manifest_version=pinned)
 
     def schema(self) -> StructType:
-        return read_schema(self._namespace().namespace_schema, self.options.get("columns"))
+        _check_options(self.options, READ_OPTIONS, "read")
+        ns = self._namespace()
+        self.pinned_version = ns.manifest_version  # pickled with this object: every scan reads it
+        options = _lower(self.options)
+        schema = read_schema(ns.namespace_schema, options.get("columns"))
+        if (options.get("with_row_address") or "false").lower() == "true":
+            schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+        return schema
 
     def reader(self, schema: StructType) -> LancePartitionedReader:
+        _check_options(self.options, READ_OPTIONS, "read")
         ns = self._namespace()
-        return LancePartitionedReader(ns, schema, dict(self.options))
+        return self.reader_class(ns, schema, _lower(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> LancePartitionedWriter:
         return LancePartitionedWriter(dict(self.options), schema, overwrite)
+
+
+class PerScanPushdownDataSource(LancePartitionedDataSource):
+    """The same source, also pruning with Spark's pushed filters (Spark keeps them per scan)."""
+
+    reader_class = PerScanPushdownReader
+
+
+def _check_options(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
+    known = {a.lower() for a in (*allowed, *_CATALOG_KEYS)}
+    unknown = sorted(k for k in _lower(options) if k not in known)
+    if unknown:
+        raise InvalidInput(
+            f"unknown {what} option {unknown[0]!r} for format lance_partitioned; {what} options are: "
+            + ", ".join(a for a in allowed if a != "path")
+        )
+
+
+# -- does this Spark keep pushed filters per scan? -----------------------------------------------
+
+
+class _ProbeSource(DataSource):
+    """Two rows (x = 0, 1); the reader accepts ``x = 1`` and applies it itself."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "lance_partitioned_pushdown_probe"
+
+    def schema(self) -> str:
+        return "x int"
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _ProbeReader()
+
+
+class _ProbeReader(DataSourceReader):
+    def __init__(self) -> None:
+        self.only: int | None = None
+
+    def pushFilters(self, filters: list[ds.Filter]) -> Iterator[ds.Filter]:
+        for f in filters:
+            if isinstance(f, ds.EqualTo) and f.attribute == ("x",):
+                self.only = f.value
+            else:
+                yield f
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        for x in (0, 1):
+            if self.only is None or x == self.only:
+                yield (x,)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def pushdown_is_per_scan(spark: SparkSession, *, probe: bool = False) -> bool:
+    """Whether this Spark gives each scan its own pushdown result (probed once per version).
+
+    Spark up to 4.3.0 shares the first scan's plan (checked in the 4.3.0 jar:
+    ``PythonDataSourceV2.readInfo``), so those versions are not probed unless ``probe``.
+    The probe is the reuse case itself: one DataFrame counted with a pushed filter, then
+    without; a shared plan answers 1 the second time.
+    """
+    version = spark.version
+    if not probe and _version(version) <= LAST_SHARED_PLAN_VERSION:
+        return False
+    if probe or version not in _PROBED:
+        key = "spark.sql.python.filterPushdown.enabled"
+        before = spark.conf.get(key, "false")
+        spark.conf.set(key, "true")
+        try:
+            spark.dataSource.register(_ProbeSource)
+            df = spark.read.format(_ProbeSource.name()).load()
+            df.filter("x = 1").count()
+            _PROBED[version] = df.count() == 2
+        finally:
+            spark.conf.set(key, before or "false")
+        log.info("Spark %s keeps pushed filters per scan: %s", version, _PROBED[version])
+    return _PROBED[version]

@@ -1,35 +1,50 @@
-"""Maintenance driven by Spark: compaction rewrites run as Spark tasks, one per bin of
-small fragments; the driver then makes the dataset commits and ONE ``__manifest`` commit.
+"""Maintenance driven by Spark: filters are Spark SQL, read in the session's dialect and
+applied by Spark; compaction rewrites run as Spark tasks, one per bin of small fragments.
 
-The other operations (:func:`delete_rows`, :func:`drop_partitions`, :func:`vacuum`,
-:func:`optimize_manifest`) are metadata-sized and run on the driver.
+Every operation ends with the driver's dataset commits and ONE ``__manifest`` commit.
+Without a SparkSession each falls back to its Spark-free form in
+:mod:`partitioning.maintenance`, where filters are DataFusion SQL (zone-less timestamps
+in UTC, as in a Lance scan).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 
+import pyarrow as pa
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
+from partitioning.errors import InvalidInput, first_line
 from partitioning.filters import Filter
 from partitioning.maintenance import (
     DEFAULT_TARGET_ROWS,
     MaintenanceReport,
     commit_compaction,
     compact_local,
-    delete_rows,
-    drop_partitions,
     optimize_manifest,
     plan_compaction,
     rewrite,
     vacuum,
 )
+from partitioning.maintenance import delete_rows as delete_rows_local
+from partitioning.maintenance import drop_partitions as drop_partitions_local
 from partitioning.namespace import PartitionedNamespace
-from pipelines.write import _spark_errors
+from partitioning.scan import ScanTask
+from pipelines.read import dialect_options, session_dialect
+from pipelines.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.spark_errors import spark_errors
 
 __all__ = ["compact", "delete_rows", "drop_partitions", "optimize_manifest", "vacuum"]
 
 log = logging.getLogger("lance_partitioned")
+_INDEX = "__lance_partitioned_row"
+
+
+def _session(spark: SparkSession | None) -> SparkSession | None:
+    return spark or SparkSession.getActiveSession()
 
 
 def compact(
@@ -41,15 +56,18 @@ def compact(
 ) -> MaintenanceReport:
     """Rewrite small fragments of the partitions ``filter`` selects, in parallel on the executors.
 
-    Uses ``spark`` or the active session; without one it runs in this process.
-    Readers of older ``__manifest`` versions keep seeing the old fragments.
+    ``filter`` only selects partitions (rows never change). Uses ``spark`` or the active
+    session; without one it runs in this process. Readers of older ``__manifest``
+    versions keep seeing the old fragments.
     """
     ns = PartitionedNamespace.load(root)
-    session = spark or SparkSession.getActiveSession()
+    session = _session(spark)
     if session is None:
         log.info("compact %s: no SparkSession, compacting in this process", root)
         return compact_local(ns, filter, target_rows_per_fragment=target_rows_per_fragment)
-    tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment)
+    tasks = plan_compaction(
+        ns, filter, target_rows_per_fragment=target_rows_per_fragment, dialect=session_dialect(session)
+    )
     if not tasks:
         return MaintenanceReport("compact", ns.root, ns.manifest_version)
     sc = session.sparkContext
@@ -57,8 +75,70 @@ def compact(
         f"lance_partitioned: compact {len(tasks)} fragment bins ({root.rstrip('/').rsplit('/', 1)[-1]})"
     )
     try:
-        with _spark_errors(root):
+        with spark_errors(f"compact {root}"):
             results = sc.parallelize(tasks, len(tasks)).map(rewrite).collect()
     finally:
         sc.setJobDescription(None)  # type: ignore[arg-type]
     return commit_compaction(ns, results)
+
+
+def delete_rows(
+    root: str | PartitionedNamespace, filter: str, *, spark: SparkSession | None = None
+) -> MaintenanceReport:
+    """Delete the rows matching ``filter`` (Spark SQL, applied by Spark) in the pruned tables.
+
+    Spark reads the candidate tables at the manifest's versions and finds the matching
+    rows' Lance row addresses; the driver deletes exactly those and commits once.
+    Without a session, :func:`partitioning.maintenance.delete_rows` (DataFusion SQL).
+    """
+    session = _session(spark)
+    if session is None:
+        return delete_rows_local(root, filter)
+    dialect = session_dialect(session)
+
+    def find(ns: PartitionedNamespace, tasks: Sequence[ScanTask], filter_sql: str) -> Mapping[str, Sequence[int]]:
+        if not tasks:
+            return {}
+        clash = {ROW_TABLE, ROW_ADDRESS} & set(ns.schema.names)
+        if clash:
+            raise InvalidInput(f"delete_rows cannot run on a namespace with a column named {sorted(clash)[0]!r}")
+        from pipelines.datasource import register_data_source
+
+        register_data_source(session)
+        reader = session.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
+        reader = reader.option("prune_filter", filter_sql).option("with_row_address", "true")
+        for key, value in dialect_options(dialect).items():
+            reader = reader.option(key, value)
+        wanted = {t.object_id for t in tasks}
+        try:
+            hits = reader.load(ns.root).where(filter_sql).select(ROW_TABLE, ROW_ADDRESS).collect()
+        except PySparkException as exc:
+            raise InvalidInput(f"delete_rows filter {filter_sql!r}: {first_line(exc)}") from exc
+        out: dict[str, list[int]] = {}
+        for row in hits:
+            if row[0] in wanted:
+                out.setdefault(row[0], []).append(int(row[1]))
+        return out
+
+    return delete_rows_local(root, filter, find_rows=find, dialect=dialect)
+
+
+def drop_partitions(
+    root: str | PartitionedNamespace, filter: str, *, spark: SparkSession | None = None
+) -> MaintenanceReport:
+    """Drop whole partition tables whose identity partition values satisfy ``filter``
+    (Spark SQL, applied by Spark to each table's values). Without a session,
+    :func:`partitioning.maintenance.drop_partitions` (DataFusion SQL)."""
+    session = _session(spark)
+    if session is None:
+        return drop_partitions_local(root, filter)
+
+    def match(values: pa.Table, filter_sql: str) -> list[int]:
+        indexed = values.append_column(_INDEX, pa.array(range(values.num_rows), pa.int64()))
+        try:
+            df = session.createDataFrame(indexed).where(filter_sql)
+            return sorted(r[0] for r in df.select(F.col(_INDEX)).collect())
+        except PySparkException as exc:
+            raise InvalidInput(f"drop_partitions filter {filter_sql!r}: {first_line(exc)}") from exc
+
+    return drop_partitions_local(root, filter, matcher=match, dialect=session_dialect(session))
