@@ -90,7 +90,10 @@ class _Binder:
     def __init__(self, schema: pa.Schema, dialect: Dialect) -> None:
         self.schema = schema
         self.dialect = dialect
-        self.zone = resolve_zone(dialect.time_zone)
+
+    @property
+    def zone(self) -> dt.tzinfo:
+        return resolve_zone(self.dialect.zone)
 
     def bind(self, f: Filter) -> Filter:
         if isinstance(f, And | Or):
@@ -187,11 +190,18 @@ class _Binder:
             scaled = decimal.Decimal(value).scaleb(t.scale, context=DECIMAL_CONTEXT)
             a, b = _ceil(scaled), _floor(scaled) + 1
         elif isinstance(value, float):
-            a, b = _float_bounds(value, -limit, limit, lambda k: float(decimal.Decimal(k).scaleb(-t.scale)))
+            a, b = _float_bounds(
+                value, -limit, limit, lambda k: float(decimal.Decimal(k).scaleb(-t.scale, context=DECIMAL_CONTEXT))
+            )
         else:
             raise _NoMatch
         out = _discrete(name, op, a, b, -limit, limit)
-        return _map_values(out, lambda k: (decimal.Decimal(k) * step).quantize(step, context=DECIMAL_CONTEXT))
+        return _map_values(
+            out,
+            lambda k: (
+                decimal.Decimal(k).scaleb(-t.scale, context=DECIMAL_CONTEXT).quantize(step, context=DECIMAL_CONTEXT)
+            ),
+        )
 
     # -- dates and timestamps ------------------------------------------------------------------
     def _date(self, name: str, op: str, value: Any) -> Filter:
@@ -218,8 +228,8 @@ class _Binder:
 
     def _timestamp(self, name: str, t: pa.DataType, op: str, value: Any) -> Filter:
         if isinstance(value, str):
-            parsed = parse_timestamp_text(value, self.dialect.time_zone if t.tz is not None else None)
-            if parsed is None:
+            parsed = parse_timestamp_text(value, None)
+            if parsed is None or (t.tz is None and parsed.tzinfo is not None):
                 raise _NoMatch
             value = parsed
         elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from partitioning.errors import InvalidInput
-from partitioning.timezones import parse_date_text, parse_timestamp_text
+from partitioning.timezones import local_to_instant, parse_date_text, parse_timestamp_text, resolve_zone
 
 __all__ = [
     "MAX_DEPTH",
@@ -56,7 +56,7 @@ class Dialect:
     """How literals and names are read: Spark SQL (with the session's settings) or DataFusion."""
 
     name: str = "spark"
-    time_zone: str = "UTC"
+    time_zone: str | None = "UTC"  # None: no session zone known; zone-less timestamps are refused
     escaped_string_literals: bool = False  # spark.sql.parser.escapedStringLiterals
     double_quoted_identifiers: bool = False  # spark.sql.ansi.doubleQuotedIdentifiers
     case_sensitive: bool = False  # spark.sql.caseSensitive
@@ -65,6 +65,16 @@ class Dialect:
     @classmethod
     def datafusion(cls, time_zone: str = "UTC") -> Dialect:
         return cls("datafusion", time_zone, True, True, False, False)
+
+    @property
+    def zone(self) -> str:
+        """The zone of timestamps written without one; refused when none is known."""
+        if self.time_zone is None:
+            raise InvalidInput(
+                "a timestamp without a time zone needs one here: write it with its zone "
+                "(TIMESTAMP '2025-12-10 00:00:00Z' or '...+01:00') or set the option timeZone"
+            )
+        return self.time_zone
 
 
 # -- expression nodes ---------------------------------------------------------------------------
@@ -497,7 +507,8 @@ class _Parser:
             finally:
                 self.depth -= 1
             if op == "-" and isinstance(arg, Literal) and arg.kind in ("int", "decimal", "double"):
-                return Literal(-arg.value, arg.kind)
+                value = arg.value.copy_negate() if isinstance(arg.value, decimal.Decimal) else -arg.value
+                return Literal(value, arg.kind)
             if op == "+" and isinstance(arg, Literal) and arg.kind in ("int", "decimal", "double"):
                 return arg
             return Unary(op, arg)
@@ -695,20 +706,21 @@ class _Parser:
         return cast_literal(arg, type_text, self.dialect) if fn == "cast" else Other("TRY_CAST")
 
     def _typed_literal(self, kind: str, text: str) -> Expr:
-        zone = self.dialect.time_zone
         if kind == "date":
             value = parse_date_text(text)
             return Other("DATE literal") if value is None else Literal(value, "date")
         ntz = kind == "timestamp_ntz" or (kind == "timestamp" and self.dialect.timestamp_ntz_default)
         if self.dialect.name == "datafusion" and kind == "timestamp":
             ntz = False
-        parsed = parse_timestamp_text(text, None if ntz else zone)
+        parsed = parse_timestamp_text(text, None)
         if parsed is None:
             return Other("TIMESTAMP literal")
         if ntz:
             if parsed.tzinfo is not None:
                 return Other("TIMESTAMP_NTZ literal with a zone")
             return Literal(parsed, "timestamp_ntz")
+        if parsed.tzinfo is None:
+            parsed = local_to_instant(parsed, resolve_zone(self.dialect.zone))
         return Literal(parsed, "timestamp")
 
 
@@ -723,8 +735,12 @@ def cast_literal(arg: Expr, type_text: str, dialect: Dialect) -> Expr:
             value = parse_date_text(v)
             return Other("CAST") if value is None else Literal(value, "date")
         if t in ("timestamp", "timestamp_ltz") and kind == "string":
-            parsed = parse_timestamp_text(v, dialect.time_zone)
-            return Other("CAST") if parsed is None else Literal(parsed, "timestamp")
+            parsed = parse_timestamp_text(v, None)
+            if parsed is None:
+                return Other("CAST")
+            if parsed.tzinfo is None:
+                parsed = local_to_instant(parsed, resolve_zone(dialect.zone))
+            return Literal(parsed, "timestamp")
         if t == "timestamp_ntz" and kind == "string":
             parsed = parse_timestamp_text(v, None)
             if parsed is None or parsed.tzinfo is not None:

@@ -77,6 +77,8 @@ ROW_ADDRESS = "_lance_rowaddr"
 SPLIT_TABLES_BELOW = 64
 TARGET_ROWS_PER_SPLIT = 1_000_000
 MAX_PARTITIONS = 32
+MIN_TASKS = 2
+SMALL_TASK_ROWS = 100_000
 _CMP = {
     ds.EqualTo: "=",
     ds.EqualNullSafe: "<=>",
@@ -89,8 +91,11 @@ _LIKE = {ds.StringStartsWith: "starts", ds.StringEndsWith: "ends", ds.StringCont
 
 
 def dialect_from_options(options: Mapping[str, str]) -> Dialect:
-    """The SQL dialect of a read's filter options: Spark's, with ``timeZone`` and ``sqlConf``."""
-    zone = options.get("timezone") or "UTC"
+    """The SQL dialect of a read's filter options: Spark's, with ``timeZone`` and ``sqlConf``.
+
+    A data source cannot see the session's time zone, so without ``timeZone`` a timestamp
+    written without a zone is refused rather than read in a guessed one."""
+    zone = options.get("timezone") or None
     conf = json.loads(options.get("sqlconf") or "{}")
     if not isinstance(conf, dict):
         raise InvalidInput("option sqlConf must be a JSON object")
@@ -219,25 +224,26 @@ class LancePartitionedReader(DataSourceReader):
             slices = [TableSlice.of(t) for t in tasks]
             return [LanceInputPartition(tuple(slices[i : i + per_task])) for i in range(0, len(slices), per_task)]
         with ThreadPoolExecutor(max_workers=8) as pool:
-            return [LanceInputPartition((s,)) for parts in pool.map(self._split, tasks) for s in parts]
+            pieces = [piece for parts in pool.map(self._split, tasks) for piece in parts]
+        return [LanceInputPartition(tuple(s for s, _ in group)) for group in _pack(pieces, self.rows_per_split)]
 
-    def _split(self, task: ScanTask) -> list[TableSlice]:
-        """Group a table's fragments so that one big table is read by several tasks."""
+    def _split(self, task: ScanTask) -> list[tuple[TableSlice, int]]:
+        """A table as (slice, rows) pieces: one big table is cut into fragment groups."""
         dataset = open_partition_table(
             task.uri, task.read_version, task.read_branch, task.read_tag, self.storage_options
         )
-        groups: list[list[int]] = [[]]
-        rows = 0
+        groups: list[tuple[list[int], int]] = [([], 0)]
         for fragment in dataset.get_fragments():
             count = fragment.metadata.physical_rows or 0
-            if groups[-1] and rows + count > self.rows_per_split:
-                groups.append([])
-                rows = 0
-            groups[-1].append(fragment.fragment_id)
-            rows += count
+            ids, rows = groups[-1]
+            if ids and rows + count > self.rows_per_split:
+                groups.append(([], 0))
+                ids, rows = groups[-1]
+            ids.append(fragment.fragment_id)
+            groups[-1] = (ids, rows + count)
         if len(groups) == 1:
-            return [TableSlice.of(task)]
-        return [TableSlice.of(task, tuple(g)) for g in groups]
+            return [(TableSlice.of(task), groups[0][1])]
+        return [(TableSlice.of(task, tuple(ids)), rows) for ids, rows in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LanceInputPartition):
@@ -280,6 +286,28 @@ class PerScanPushdownReader(LancePartitionedReader):
                 continue
             accepted.append(bound)
         self.exact = conjunction([self.exact, *accepted])
+
+
+def _pack(pieces: list[tuple[TableSlice, int]], target: int) -> list[list[tuple[TableSlice, int]]]:
+    """Pieces in tasks of about ``target`` rows (small tables share a task), and at least
+    :data:`MIN_TASKS` tasks when there are that many pieces and rows to keep them busy."""
+    groups: list[list[tuple[TableSlice, int]]] = []
+    rows = 0
+    for piece in pieces:
+        if not groups or (groups[-1] and rows + piece[1] > target):
+            groups.append([])
+            rows = 0
+        groups[-1].append(piece)
+        rows += piece[1]
+    if len(groups) < MIN_TASKS <= len(pieces) and sum(p[1] for p in pieces) >= MIN_TASKS * SMALL_TASK_ROWS:
+        bins: list[list[tuple[TableSlice, int]]] = [[] for _ in range(MIN_TASKS)]
+        loads = [0] * MIN_TASKS
+        for piece in sorted(pieces, key=lambda p: -p[1]):
+            i = loads.index(min(loads))
+            bins[i].append(piece)
+            loads[i] += piece[1]
+        return bins
+    return groups
 
 
 _EMPTY = InputPartition(None)

@@ -131,7 +131,8 @@ def check_table(spark: SparkSession, rows: list[dict[str, Any]], layouts: list[s
             n for n, f in enumerate(fs) if is_exactly_understood(bind(parse_filter(f, dialect), ns.schema, dialect))
         ]
         if exact:
-            frames = [spark.read.format("lance_partitioned").option("filter", fs[n]).load(root) for n in exact]
+            source = spark.read.format("lance_partitioned").option("timeZone", zone)
+            frames = [source.option("filter", fs[n]).load(root) for n in exact]
             got = _ids_per_filter(frames)
             routes['.option("filter", f)'] = {n: got[j] for j, n in enumerate(exact)}
         for name, results in routes.items():
@@ -161,7 +162,7 @@ def cases(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[str], str, list[s
     return rows, layouts, zone, fs
 
 
-@_settings(12)
+@_settings(10)
 @given(case=cases())
 def test_every_route_gives_sparks_answer(spark: SparkSession, case: Any) -> None:
     check_table(spark, *case)
@@ -180,6 +181,6 @@ def test_the_suite_compares_what_it_says(spark: SparkSession) -> None:
         {**{c: None for c in gen.ARROW.names}, "k": k, "s": s, "i": k, "l": k * 5, "b": k % 2 == 0}
         for k, s in enumerate(["a", "ab", "b", "", "a%b"])
     ]
-    for n, layout in enumerate(sorted([*gen.LAYOUTS, *gen.EXPRESSION_LAYOUTS])):
+    for n, layout in enumerate(["identity_string_date", "bucket_long_string", "expression"]):
         zone = gen.ZONES[n % len(gen.ZONES)]
         check_table(spark, rows, [layout], zone, ["s = 'a'", "i >= 2 AND b", "s LIKE 'a%'", "abs(l) > 7"])
