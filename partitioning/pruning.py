@@ -218,7 +218,7 @@ class _Compiler:
                 base = _not_null(wide != lit) | nan if op == "!=" else _not_null(_compare_eq(wide, op, lit))
                 conds.append(base | nan if op in (">", ">=") else base)
             elif op == "=" and not math.isnan(v):
-                hashed = {self._value(pf, x, t) for x in ({v, -v} if v == 0 else {v})}
+                hashed = {self._value(pf, x, t) for x in ([v, -v] if v == 0 else [v])}  # 0.0 == -0.0 in a set
                 hashed.discard(None)
                 rt = self._rtype(pf)
                 conds.append(_not_null(pc.is_in(col, value_set=pa.array(sorted(hashed, key=repr), type=rt))))
