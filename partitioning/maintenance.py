@@ -30,9 +30,9 @@ from partitioning.scan import ScanTask
 from partitioning.sqlengine import matching_rows
 from partitioning.tables import (
     align_schema,
-    as_latest,
     dataset_columns,
     is_aligned,
+    latest_keeping_indexes,
     reconcile,
     renumber,
     rewrite_fragments,
@@ -195,7 +195,7 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
             if table is None or table.read_version != planned:
                 skipped.append(object_id)
                 continue
-            head = as_latest(table.uri, planned, ns.storage_options)
+            head = latest_keeping_indexes(table.uri, planned, ns.storage_options)
             removed = {i for p in parts for i in p.task.fragment_ids}
             fragments = head.get_fragments()
             old = [f.metadata for f in fragments if f.fragment_id in removed]
@@ -361,7 +361,7 @@ def delete_rows(
             if not addresses:
                 continue
             assert task.read_version is not None
-            head = as_latest(task.uri, task.read_version, ns.storage_options)
+            head = latest_keeping_indexes(task.uri, task.read_version, ns.storage_options)
             if not is_aligned(head, schema):
                 head = align_schema(task.uri, head, schema, ns.storage_options)
             before = head.count_rows()

@@ -50,6 +50,7 @@ __all__ = [
     "commit_version",
     "dataset_columns",
     "is_aligned",
+    "latest_keeping_indexes",
     "reconcile",
     "renumber",
     "replace_fragments",
@@ -222,6 +223,23 @@ def _latest_or_none(uri: str, storage_options: Mapping[str, str] | None) -> lanc
 def as_latest(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
     """The dataset with ``version``'s content as its latest version (restored if others followed)."""
     return restore_as_latest(uri, version, storage_options)[0]
+
+
+def latest_keeping_indexes(
+    uri: str, version: int, storage_options: Mapping[str, str] | None
+) -> lance.LanceDataset:
+    """:func:`as_latest` for maintenance: ``version``'s content as the latest version, plus
+    the indexes other clients built since (:func:`carry_indexes`), so a delete or a
+    compaction committed on top keeps them."""
+    head, ahead = restore_as_latest(uri, version, storage_options)
+    if ahead is None:
+        return head
+    kept = {f.fragment_id for f in head.get_fragments()}
+    carried = carry_indexes(uri, ahead, version, head.version, kept, storage_options)
+    if carried == head.version:
+        return head
+    with translate_lance_errors(f"open {uri}"):
+        return lance.dataset(uri, version=carried, storage_options=dict(storage_options) if storage_options else None)
 
 
 def restore_as_latest(

@@ -125,3 +125,20 @@ def test_new_fragments_never_reuse_an_id_an_index_still_covers(root):
     assert _uses_index(ds, "id = 305")
     assert ds.to_table(filter="id = 305").column("id").to_pylist() == [305]
     assert sorted(ds.to_table().column("id").to_pylist()) == [*range(10), *range(300, 310)]
+
+
+def test_an_index_built_by_another_client_survives_delete_rows_and_compaction(root):
+    from partitioning.maintenance import compact_local
+
+    lance.dataset(_table(root).uri).create_scalar_index("id", "BTREE")
+    assert delete_rows(root, "id = 3").rows == 1
+    ds = _at_manifest(root)
+    assert "id_idx" in _indexes(ds)
+    assert _uses_index(ds, "id = 105")
+    assert ds.to_table(filter="id = 105").column("id").to_pylist() == [105]
+    assert ds.to_table(filter="id = 3").num_rows == 0
+    compact_local(PartitionedNamespace.load(root))
+    ds = _at_manifest(root)
+    assert "id_idx" in _indexes(ds)
+    assert sorted(ds.to_table().column("id").to_pylist()) == [i for i in range(10) if i != 3] + list(range(100, 110))
+    assert ds.to_table(filter="id = 105").column("id").to_pylist() == [105]
