@@ -70,21 +70,27 @@ def first_line(exc: BaseException, limit: int = 400) -> str:
 
 
 @contextmanager
-def translate_lance_errors(action: str) -> Iterator[None]:
+def translate_lance_errors(action: str, *, missing: type[PartitioningError] | None = None) -> Iterator[None]:
     """Turn errors escaping pylance/pyarrow into one-line :class:`PartitioningError` s.
 
     This is the single place where errors from the storage layer are translated.
-    ``action`` says what was being done, e.g. ``"open __manifest at /data/ns"``.
+    ``action`` says what was being done, e.g. ``"open __manifest at /data/ns"``. With
+    ``missing`` a file that is not found (inside a dataset that exists) raises that class.
     """
     try:
         yield
     except PartitioningError:
         raise
     except FileNotFoundError as exc:
-        raise NamespaceNotFound(f"{action}: not found ({first_line(exc)})") from exc
+        raise (missing or NamespaceNotFound)(f"{action}: not found ({first_line(exc)})") from exc
     except (OSError, RuntimeError, ValueError) as exc:
         line = first_line(exc)
         if "not found" in line.lower() or "does not exist" in line.lower():
+            if missing is not None:
+                raise missing(
+                    f"{action}: a file of a committed version is missing ({line}); "
+                    "read an older __manifest version (versionAsOf) or restore the file"
+                ) from exc
             raise NamespaceNotFound(f"{action}: not found ({line})") from exc
         if "conflict" in line.lower() or "concurrent" in line.lower():
             raise ConcurrentModification(f"{action}: {line}") from exc

@@ -21,7 +21,7 @@ import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
-from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
+from partitioning.errors import ConcurrentModification, CorruptNamespace, InvalidInput, translate_lance_errors
 from partitioning.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
 from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
 from partitioning.namespace import PartitionedNamespace, TableCommit
@@ -314,7 +314,7 @@ def rows_to_delete_datafusion(
         assert task.read_version is not None
         ds = _open(task.uri, task.read_version, ns.storage_options)
         mapping = dataset_columns(ds.schema, schema)
-        with translate_lance_errors(f"scan partition table {task.object_id}"):
+        with translate_lance_errors(f"scan partition table {task.object_id}", missing=CorruptNamespace):
             table = ds.to_table(columns=[mapping[c] for c in needed if c in mapping], with_row_address=True)
         view = reconcile(table, mapping, needed, schema, task.object_id)
         rows = matching_rows(view, filter_sql)

@@ -225,9 +225,7 @@ def as_latest(uri: str, version: int, storage_options: Mapping[str, str] | None)
     return restore_as_latest(uri, version, storage_options)[0]
 
 
-def latest_keeping_indexes(
-    uri: str, version: int, storage_options: Mapping[str, str] | None
-) -> lance.LanceDataset:
+def latest_keeping_indexes(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
     """:func:`as_latest` for maintenance: ``version``'s content as the latest version, plus
     the indexes other clients built since (:func:`carry_indexes`), so a delete or a
     compaction committed on top keeps them."""

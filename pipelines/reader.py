@@ -38,7 +38,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from partitioning.binding import bind
-from partitioning.errors import InvalidInput, PartitioningError, translate_lance_errors
+from partitioning.errors import CorruptNamespace, InvalidInput, PartitioningError, first_line, translate_lance_errors
 from partitioning.filters import (
     Cmp,
     Dialect,
@@ -58,6 +58,7 @@ from partitioning.rowfilter import arrow_predicate, lance_filter
 from partitioning.scan import ScanTask
 from partitioning.schema import NamespaceSchema
 from partitioning.tables import dataset_columns, reconcile
+from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [
     "ROW_ADDRESS",
@@ -263,12 +264,14 @@ class LancePartitionedReader(DataSourceReader):
                     row_address=self.row_address,
                 )
             except PartitioningError as exc:
+                hide_worker_traceback()
                 if piece.object_id in str(exc):
                     raise
                 raise type(exc)(f"read partition table {piece.object_id}: {exc}") from exc
             except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise PartitioningError(f"read partition table {piece.object_id} ({piece.uri}): {first}") from exc
+                hide_worker_traceback()
+                message = f"read partition table {piece.object_id} ({piece.uri}): {first_line(exc)}"
+                raise PartitioningError(message) from exc
 
 
 class PerScanPushdownReader(LancePartitionedReader):
@@ -353,7 +356,7 @@ def read_table(
     fragments = None
     if partition.fragment_ids is not None:
         fragments = [dataset.get_fragment(i) for i in partition.fragment_ids]
-    with translate_lance_errors(f"scan partition table {partition.object_id}"):
+    with translate_lance_errors(f"scan partition table {partition.object_id}", missing=CorruptNamespace):
         scanner = dataset.scanner(
             columns=[mapping[c] for c in needed if c in mapping],
             filter=where,
@@ -382,7 +385,7 @@ def read_table(
 def _translated(batches: Iterator[pa.RecordBatch], object_id: str) -> Iterator[pa.RecordBatch]:
     """Lance errors raised while batches stream (a missing data file) as one line."""
     while True:
-        with translate_lance_errors(f"scan partition table {object_id}"):
+        with translate_lance_errors(f"scan partition table {object_id}", missing=CorruptNamespace):
             batch = next(batches, None)
         if batch is None:
             return

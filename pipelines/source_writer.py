@@ -39,7 +39,6 @@ own prefix cannot be removed.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from partitioning.write import (
     conform_table,
 )
 from pipelines.schema import namespace_schema_from_spark
+from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = ["OVERWRITE_MODES", "SESSION_OVERWRITE_MODE", "WRITE_OPTIONS", "LancePartitionedWriter", "writer_options"]
 
@@ -137,17 +137,12 @@ def _reported(action: str) -> Iterator[None]:
     try:
         yield
     except PartitioningError:
-        _hide_worker_traceback()
+        hide_worker_traceback()
         raise
     except Exception as exc:
-        _hide_worker_traceback()
+        hide_worker_traceback()
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
         raise PartitioningError(f"{action}: {type(exc).__name__}: {first}".rstrip(": ")) from exc
-
-
-def _hide_worker_traceback() -> None:
-    if os.environ.get("SPARK_PYTHON_RUNTIME"):
-        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
 
 
 @dataclass(frozen=True)

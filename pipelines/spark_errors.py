@@ -9,6 +9,7 @@ result is chained to Spark's exception.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from pyspark.errors import PySparkException
 from partitioning import errors
 from partitioning.errors import PartitioningError, SchemaError
 
-__all__ = ["ERROR_MARKER", "spark_error_line", "spark_errors", "translate_spark_error"]
+__all__ = ["ERROR_MARKER", "hide_worker_traceback", "spark_error_line", "spark_errors", "translate_spark_error"]
 
 # Errors raised inside Spark tasks by Spark expressions carry this prefix.
 ERROR_MARKER = "lance_partitioned:"
@@ -65,6 +66,13 @@ def spark_error_line(exc: BaseException) -> str:
     translated = translate_spark_error(exc, "")
     text = str(translated)
     return text.removeprefix(" failed in a Spark job: ") if type(translated) is PartitioningError else text
+
+
+def hide_worker_traceback() -> None:
+    """Inside a Spark Python worker, which reports an error and exits, leave the traceback
+    out of the report (pyspark reads ``SPARK_HIDE_TRACEBACK`` when it formats it)."""
+    if os.environ.get("SPARK_PYTHON_RUNTIME"):
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
 
 
 @contextmanager

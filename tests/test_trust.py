@@ -276,3 +276,15 @@ def test_spec_strings_with_as_aliases(tmp_path: Path) -> None:
         with pytest.raises(InvalidInput) as info:
             PartitionedNamespace.create(str(tmp_path / f"bad{len(str(bad))}"), schema, bad)
         assert "\n" not in str(info.value)
+
+
+def test_the_query_job_prints_the_cause_of_a_task_failure(spark: SparkSession, hours: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    from jobs import query
+
+    table = PartitionedNamespace.load(hours).partitions()[0]
+    next(Path(table.uri, "data").iterdir()).unlink()
+    capsys.readouterr()
+    assert query.main(["--root", hours]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: scan partition table {table.object_id}: a file of a committed version is missing")
+    assert "\n" not in err
