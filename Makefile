@@ -7,7 +7,7 @@ SPARK_SUBMIT := $(VENV)/bin/spark-submit
 SUBMIT := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
 	--master local[2] --properties-file spark-conf/spark-defaults.conf
 
-.PHONY: setup run test lint bench clean java
+.PHONY: setup run test test-slow lint bench clean java
 
 setup: $(STAMP)
 
@@ -32,6 +32,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -61,6 +61,7 @@ __all__ = [
     "negation_normal_form",
     "parse_filter",
     "referenced_columns",
+    "size_of",
     "to_sql",
 ]
 
@@ -214,7 +215,7 @@ def from_expression(e: Expr) -> Filter:
     """The filter AST of a parsed boolean expression (Opaque where not understood)."""
     if isinstance(e, BoolOp):
         children = tuple(from_expression(a) for a in e.args)
-        return And(children) if e.op == "and" else Or(children)
+        return And(children) if e.op == "and" else _merged_or(children)
     if isinstance(e, Unary) and e.op == "not":
         return Not(from_expression(e.arg))
     if isinstance(e, Column):
@@ -247,6 +248,32 @@ def from_expression(e: Expr) -> Filter:
     if isinstance(e, Is):
         return _is(e)
     return Opaque(type(e).__name__)
+
+
+def _merged_or(children: tuple[Filter, ...]) -> Filter:
+    """``a = 1 OR a = 2 OR ...`` as ``a IN (1, 2, ...)`` (the same rows, NULLs included):
+    long equality chains stay one small predicate for pruning and Arrow."""
+    values: dict[str, list[Any]] = {}
+    rest: list[Filter] = []
+    for c in children:
+        if isinstance(c, Cmp) and c.op == "=":
+            values.setdefault(c.column, []).append(c.value)
+        elif isinstance(c, In):
+            values.setdefault(c.column, []).extend(c.values)
+        else:
+            rest.append(c)
+    merged = [In(col, tuple(vs)) if len(vs) > 1 else Cmp(col, "=", vs[0]) for col, vs in values.items()]
+    out = [*merged, *rest]
+    return out[0] if len(out) == 1 else Or(tuple(out))
+
+
+def size_of(f: Filter) -> int:
+    """The number of nodes of a filter (IN lists count once)."""
+    if isinstance(f, Not | Approx):
+        return 1 + size_of(f.child)
+    if isinstance(f, And | Or):
+        return 1 + sum(size_of(c) for c in f.children)
+    return 1
 
 
 def _cmp(column: str, op: str, value: Any) -> Filter:

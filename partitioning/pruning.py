@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from partitioning.errors import PartitioningError
 from partitioning.expression import evaluate_expression_scalar
-from partitioning.filters import And, Approx, Cmp, Const, Filter, In, IsNull, Like, Not, Opaque, Or, TrueFilter
+from partitioning.filters import And, Approx, Cmp, Const, Filter, In, IsNull, Like, Not, Opaque, Or, TrueFilter, size_of
 from partitioning.manifest import partition_column
 from partitioning.schema import NamespaceSchema, field_id_of
 from partitioning.spec import PartitionField, PartitionSpec
@@ -46,6 +46,7 @@ __all__ = ["partition_condition"]
 
 _TIME_ORDER = (YearTransform, MonthTransform, DayTransform, HourTransform)
 _MAX_COMBINATIONS = 256
+MAX_PRUNED_NODES = 2_000
 Expr: TypeAlias = Any  # pyarrow.compute.Expression (pyarrow ships no type stubs)
 
 
@@ -414,18 +415,21 @@ def _starts_period(v: Any, depth: int) -> bool:
     return all(parts[depth - 1 :])
 
 
+def _balanced(parts: Sequence[Expr], join: Any) -> Expr:
+    """Parts joined as a balanced tree: a long left-deep chain overflows Arrow's stack."""
+    level = list(parts)
+    while len(level) > 1:
+        paired = [join(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        level = paired + level[len(paired) * 2 :]
+    return level[0]
+
+
 def _and(parts: Sequence[Expr]) -> Expr:
-    out = parts[0]
-    for p in parts[1:]:
-        out = out & p
-    return out
+    return _balanced(parts, lambda a, b: a & b)
 
 
 def _or(parts: Sequence[Expr]) -> Expr:
-    out = parts[0]
-    for p in parts[1:]:
-        out = out | p
-    return out
+    return _balanced(parts, lambda a, b: a | b)
 
 
 def partition_condition(f: Filter, spec: PartitionSpec, schema: NamespaceSchema) -> Expr | None:
@@ -433,5 +437,7 @@ def partition_condition(f: Filter, spec: PartitionSpec, schema: NamespaceSchema)
 
     ``f`` must be bound (:func:`partitioning.binding.bind`).
     """
+    if size_of(f) > MAX_PRUNED_NODES:
+        return None  # keeping every table is sound; Arrow cannot evaluate expressions this large
     with decimal.localcontext(DECIMAL_CONTEXT):
         return _Compiler(spec, schema).compile(f)

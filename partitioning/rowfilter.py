@@ -38,6 +38,7 @@ from partitioning.filters import (
     Opaque,
     Or,
     TrueFilter,
+    size_of,
     to_sql,
 )
 
@@ -47,8 +48,16 @@ _FALSE = pc.scalar(False)
 _TRUE = pc.scalar(True)
 
 
+MAX_NODES = 2_000
+
+
 def arrow_predicate(f: Filter, schema: pa.Schema) -> Any:
     """A ``pyarrow.compute`` expression selecting exactly the rows Spark's filter selects."""
+    if size_of(f) > MAX_NODES:
+        raise InvalidInput(
+            f"filter has {size_of(f)} predicates, more than the {MAX_NODES} this source evaluates itself; "
+            "apply it with .where(...) or read_partitioned(filter=...)"
+        )
     return _Arrow(schema).expr(f)
 
 
@@ -206,6 +215,8 @@ def lance_filter(f: Filter, schema: pa.Schema, columns: dict[str, str] | None = 
     ``columns`` maps namespace column names to the partition dataset's (after renames);
     a column missing from it (not in this partition) is never rendered.
     """
+    if size_of(f) > MAX_NODES:
+        return None
     return _Lance(schema, columns).render(f)
 
 

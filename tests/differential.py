@@ -199,7 +199,7 @@ def literal(draw: st.DrawFn, column: str, data: Sequence[dict[str, Any]]) -> str
         kind = draw(st.sampled_from(["decimal", "decimal", "int", "wider"]))
         if kind == "int":
             return str(int(v))
-        if kind == "wider":
+        if kind == "wider" and len(v.as_tuple().digits) < 38:
             return format(v, "f") + "5"
         return format(v, "f")
     if column == "b":

@@ -278,7 +278,6 @@ def test_bad_hash_calls_are_refused_with_one_line(expression, needles):
         assert needle in text, text
 
 
-@pytest.mark.slow
 def test_spark_expression_field_hashes_the_cast_width(spark):
     """The Spark side (``pipelines.transforms.partition_value``) evaluates the same bound expression."""
     from pipelines import transforms as stf

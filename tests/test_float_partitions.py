@@ -192,7 +192,6 @@ def test_write_table_puts_spark_equal_floats_in_one_partition(tmp_path: Path, ki
     _check_partitions(root, kind)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(_KINDS))
 def test_write_partitioned_puts_spark_equal_floats_in_one_partition(spark: SparkSession, tmp_path: Path, kind):
     root = str(tmp_path / "t")
@@ -219,7 +218,6 @@ def _value_bits(kind: str) -> st.SearchStrategy[int | None]:
     return st.one_of(st.none(), _special_bits(kind), floats)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(_KINDS))
 def test_spark_identity_equals_arrow_identity_bit_for_bit(spark: SparkSession, kind):
     spark_type = _KINDS[kind][1]

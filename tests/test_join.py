@@ -257,7 +257,6 @@ def test_local_join_never_matches_null_keys():
     assert sorted(rows["full"], key=key) == sorted([match, *left_only, *right_only], key=key)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", HOWS)
 def test_local_join_equals_spark_on_null_nan_and_signed_zero_keys(spark, how):
     nan = float("nan")
@@ -289,7 +288,6 @@ def test_bad_join_requests_are_one_line_invalid_input(buckets, tmp_path):
 # -- join_partitioned -----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", HOWS)
 def test_bucket_16_vs_8_every_join_type_without_exchange(spark, buckets, how):
     df, plan = join_partitioned_with_plan(spark, *buckets, ["k"], how)
@@ -299,14 +297,12 @@ def test_bucket_16_vs_8_every_join_type_without_exchange(spark, buckets, how):
     assert_same(df, spark_join(spark, left_rows(), right_rows(), ["k"], how))
 
 
-@pytest.mark.slow
 def test_equals_spark_join_of_read_partitioned(spark, buckets):
     left, right = buckets
     expected = read_partitioned(spark, left).join(read_partitioned(spark, right), ["k"], "full")
     assert_same(join_partitioned(spark, left, right, ["k"], "full"), expected)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", ["inner", "full"])
 def test_filters_on_each_side_apply_before_the_join(spark, buckets, how):
     fl, fr = "k IN (1, 5, 40, 41, 50) OR k IS NULL", "b LIKE 'r1%'"
@@ -316,7 +312,6 @@ def test_filters_on_each_side_apply_before_the_join(spark, buckets, how):
     assert_same(df, spark_join(spark, left_rows(), right_rows(), ["k"], how, fl, fr))
 
 
-@pytest.mark.slow
 def test_identity_vs_identity_on_strings_with_a_float_filter(spark, tmp_path):
     """A filter on a float column runs in Arrow, with Spark's NaN order (NaN >= 2.0 is true)."""
     nan = float("nan")
@@ -332,7 +327,6 @@ def test_identity_vs_identity_on_strings_with_a_float_filter(spark, tmp_path):
         assert_same(df, spark_join(spark, left, right, ["c"], how, filter_left=fl))
 
 
-@pytest.mark.slow
 def test_identity_vs_bucket(spark, tmp_path):
     left = pa.table({"k": pa.array([*range(8), 3, None, *range(30, 34)], pa.int64()), "a": list(range(14))})
     right = right_rows()
@@ -344,7 +338,6 @@ def test_identity_vs_bucket(spark, tmp_path):
         assert_same(df, spark_join(spark, left, right, ["k"], how))
 
 
-@pytest.mark.slow
 def test_year_month_day_vs_year_month(spark, tmp_path):
     def ts(*args: int) -> dt.datetime:
         return dt.datetime(*args, tzinfo=UTC)
@@ -366,7 +359,6 @@ def test_year_month_day_vs_year_month(spark, tmp_path):
         assert_same(df, spark_join(spark, left, right, ["ts"], how))
 
 
-@pytest.mark.slow
 def test_multiple_keys_group_by_the_partitioned_one(spark, tmp_path):
     keys = [*range(20), 4, None, 7]
     left = pa.table({"c": [("p", "q")[i % 2] if i % 7 else None for i in range(23)], "k": keys, "a": list(range(23))})
@@ -384,7 +376,6 @@ def test_multiple_keys_group_by_the_partitioned_one(spark, tmp_path):
         assert_same(df, spark_join(spark, left, right, ["c", "k"], how))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "reason"),
     [
@@ -419,7 +410,6 @@ def _evolved_left(root: Path, second_spec: str, second_a: int) -> tuple[str, pa.
     return str(root), pa.concat_tables([first, second])
 
 
-@pytest.mark.slow
 def test_multi_version_bucket_16_then_8_still_joins_without_shuffle(spark, tmp_path):
     left_root, left = _evolved_left(tmp_path / "l", "bucket[8](k) AS kb8", 0)
     right_root = make_namespace(tmp_path / "r", right_rows(), ["bucket[16](k)"])
@@ -432,7 +422,6 @@ def test_multi_version_bucket_16_then_8_still_joins_without_shuffle(spark, tmp_p
         assert_same(df, spark_join(spark, left, right_rows(), ["k"], how))
 
 
-@pytest.mark.slow
 def test_multi_version_with_an_incompatible_version_falls_back_for_the_whole_join(spark, tmp_path):
     left_root, left = _evolved_left(tmp_path / "l", "a", 100)
     right_root = make_namespace(tmp_path / "r", right_rows(), ["bucket[8](k)"])
@@ -451,7 +440,6 @@ def test_multi_version_with_an_incompatible_version_falls_back_for_the_whole_joi
 # -- jobs/join.py ---------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_join_job_writes_the_result(spark, buckets, tmp_path, capsys):
     out = str(tmp_path / "joined")
     args = ["--left", buckets[0], "--right", buckets[1], "--on", "k", "--how", "left", "--output", out]
@@ -463,7 +451,6 @@ def test_join_job_writes_the_result(spark, buckets, tmp_path, capsys):
     assert_same(spark.read.parquet(out), spark_join(spark, left_rows(), right_rows(), ["k"], "left"))
 
 
-@pytest.mark.slow
 def test_join_job_bad_key_is_one_line_and_exit_2(buckets, capsys):
     assert join_job.main(["--left", buckets[0], "--right", buckets[1], "--on", "nope"]) == 2
     err = capsys.readouterr().err.strip()
@@ -556,7 +543,6 @@ def test_the_join_data_source_needs_suffixes_for_shared_columns(shared):
     assert schema.names == ["k", "a_l", "s_l", "b", "a_r", "S_r"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", HOWS)
 def test_shared_columns_spj_gives_sparks_columns_without_exchange(spark, shared, how):
     df, plan = join_partitioned_with_plan(spark, *shared, ["k"], how)
@@ -566,7 +552,6 @@ def test_shared_columns_spj_gives_sparks_columns_without_exchange(spark, shared,
     assert_same_columns(df, spark_join(spark, shared_left(), shared_right(), ["k"], how), SHARED_NAMES)
 
 
-@pytest.mark.slow
 def test_shared_columns_spj_with_suffixes_and_filters(spark, shared):
     fl, fr = "a < 50 OR k IS NULL", "a IS NOT NULL"  # each side's own 'a'
     names = ["k", "a_left", "s_left", "b", "a_right", "S_right"]
@@ -581,7 +566,6 @@ def test_shared_columns_spj_with_suffixes_and_filters(spark, shared):
     assert_same_columns(df, suffixed_join(spark, ("", "_r"), "left"), ["k", "a", "s", "b", "a_r", "S_r"])
 
 
-@pytest.mark.slow
 def test_shared_columns_fallback_gives_sparks_columns_or_the_suffixes(spark, tmp_path, caplog):
     roots = (
         make_namespace(tmp_path / "l", shared_left(), ["bucket[16](k)"]),
@@ -597,7 +581,6 @@ def test_shared_columns_fallback_gives_sparks_columns_or_the_suffixes(spark, tmp
     assert_same_columns(df, suffixed_join(spark, ("_left", "_right"), "right"), names)
 
 
-@pytest.mark.slow
 def test_join_job_parquet_with_shared_columns_needs_suffixes(spark, shared, tmp_path, capsys):
     out = tmp_path / "joined"
     args = ["--left", shared[0], "--right", shared[1], "--on", "k", "--output", str(out)]
@@ -614,7 +597,6 @@ def test_join_job_parquet_with_shared_columns_needs_suffixes(spark, shared, tmp_
     assert_same_columns(spark.read.parquet(str(out)), expected, ["k", "a_l", "s_l", "b", "a_r", "S_r"])
 
 
-@pytest.mark.slow
 def test_join_job_csv_keeps_sparks_duplicate_columns(shared, tmp_path, capsys):
     out = tmp_path / "joined"
     args = ["--left", shared[0], "--right", shared[1], "--on", "k", "--output", str(out), "--output-format", "csv"]

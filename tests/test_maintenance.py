@@ -110,7 +110,6 @@ CN_6 = [(1000, "CN", 1), (1001, "CN", 2), (1002, "CN", 3), (1003, "CN", 4), (100
 FR_2 = [(2000, "FR", 7), (2001, "FR", 8)]
 
 
-@pytest.mark.slow
 def test_spark_compaction_rewrites_small_fragments_in_one_manifest_commit(spark, tmp_path):
     """A partition made of 200 small appends becomes one fragment; a filter limits the compaction
     to its partitions; data, time travel and the single manifest commit are checked; compacting
@@ -562,7 +561,6 @@ def job_root(tmp_path) -> str:
     return root
 
 
-@pytest.mark.slow
 def test_jobs_compact_delete_and_vacuum_print_their_summaries(spark, job_root, capsys):
     """compact, delete (rows and --drop-partitions) and vacuum (--dry-run, then zero retention)
     run in sequence, each exiting 0 and printing its summary; the data stays right."""
@@ -606,7 +604,6 @@ def test_jobs_compact_delete_and_vacuum_print_their_summaries(spark, job_root, c
     assert _rows(ns) == expected
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("job", "argv", "needle"),
     [

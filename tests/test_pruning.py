@@ -776,7 +776,6 @@ def lost_rows(
     return failures
 
 
-@pytest.mark.slow
 @settings(SOUNDNESS, max_examples=40)
 @given(rows=row_lists(), data=st.data())
 def test_pruning_is_sound(rows: list[dict[str, Any]], data: st.DataObject) -> None:
@@ -790,7 +789,6 @@ def test_pruning_is_sound(rows: list[dict[str, Any]], data: st.DataObject) -> No
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.slow
 @settings(max_examples=60, deadline=None, database=None, derandomize=True)
 @given(rows=row_lists(), data=st.data())
 def test_to_arrow_expression_has_sql_semantics(rows: list[dict[str, Any]], data: st.DataObject) -> None:
@@ -817,7 +815,6 @@ def _aliased(layout: str) -> list[str]:
     return [f"{expr} AS {layout}_{k}" for k, expr in enumerate(LAYOUTS[layout])]
 
 
-@pytest.mark.slow
 @settings(SOUNDNESS, max_examples=25)
 @given(rows=row_lists(), history=version_histories(), data=st.data())
 def test_pruning_is_sound_across_spec_versions(

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import reuse_scenarios as scenarios
 from pyspark.sql import SparkSession
 
@@ -42,7 +41,6 @@ def test_this_spark_shares_pushdown_plans_between_scans(spark: SparkSession) -> 
     assert pushdown_is_per_scan(spark, probe=True) is False
 
 
-@pytest.mark.slow
 def test_reused_dataframes_match_spark_connect(tmp_path: Path) -> None:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run(
