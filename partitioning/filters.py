@@ -291,7 +291,26 @@ def _comparison(e: Binary) -> Filter:
         return _cmp(right, _FLIP[e.op], lv)
     if lok and rok and (lv is None or rv is None):
         return Const((lv is None and rv is None) if e.op == "<=>" else None)
+    if lok and rok and _same_kind(e.left, e.right):
+        return Const(_OPS[e.op](lv, rv))
     return Opaque(f"comparison {e.op}")
+
+
+_FOLDABLE = ("string", "int", "decimal", "bool", "date", "binary", "timestamp", "timestamp_ntz")
+_OPS: dict[str, Any] = {
+    "=": lambda a, b: a == b,
+    "<=>": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _same_kind(a: Expr, b: Expr) -> bool:
+    """Two literals Spark compares without any cast, so Python's comparison is Spark's."""
+    return isinstance(a, Literal) and isinstance(b, Literal) and a.kind == b.kind and a.kind in _FOLDABLE
 
 
 def _like(e: LikeOp) -> Filter:

@@ -38,9 +38,9 @@ from partitioning.manifest import (
     SCHEMA_KEY,
     SPEC_KEY_PREFIX,
     ManifestStore,
-    join_uri,
     manifest_schema,
     partition_column,
+    table_uri,
 )
 from partitioning.orphans import Orphan, find_orphans
 from partitioning.scan import ScanPlan, plan_tables
@@ -204,17 +204,27 @@ class _State:
 
     @cached_property
     def tables(self) -> list[PartitionTable]:
+        """Every table row of a known spec version; a row whose ``location`` is not one
+        directory under the root, or is another row's, is refused (one line naming it)."""
         out = []
+        owner: dict[str, str] = {}
         for row in self.rows:
             spec_id = _spec_id_of(row["object_id"])
             if row["object_type"] != "table" or spec_id not in self.specs:
                 continue
+            uri = table_uri(self.root, row["object_id"], row["location"])
+            other = owner.setdefault(row["location"], row["object_id"])
+            if other != row["object_id"]:
+                raise CorruptNamespace(
+                    f"__manifest table rows {other!r} and {row['object_id']!r} both have location "
+                    f"{row['location']!r}; remove one with PartitionedNamespace.remove_tables"
+                )
             values = {f.field_id: row.get(partition_column(f.field_id)) for f in self.specs[spec_id].fields}
             out.append(
                 PartitionTable(
                     object_id=row["object_id"],
                     location=row["location"],
-                    uri=join_uri(self.root, row["location"]),
+                    uri=uri,
                     spec_id=spec_id,
                     values=values,
                     read_version=row.get("read_version"),
@@ -560,16 +570,23 @@ class PartitionedNamespace:
     def remove_tables(self, object_ids: Sequence[str]) -> int:
         """Remove partition tables, and namespaces left without tables, in ONE optimistic
         ``__manifest`` commit; returns the new manifest version. Files stay for time
-        travel until :func:`partitioning.maintenance.vacuum` removes them."""
+        travel until :func:`partitioning.maintenance.vacuum` removes them.
+
+        It reads the table rows without following their ``location``, so it also removes
+        a row whose location is refused (the repair :func:`partitioning.manifest.check_location` names)."""
         doomed = set(object_ids)
-        tables = {t.object_id: t for t in self._state.tables}
+        tables = {
+            r["object_id"]: _spec_id_of(r["object_id"])
+            for r in self._state.rows
+            if r["object_type"] == "table" and _spec_id_of(r["object_id"]) in self._state.specs
+        }
         unknown = sorted(doomed - set(tables))
         if unknown:
             raise TableNotFound(f"no partition table {unknown[0]!r} in {self.root}")
         remaining = [oid for oid in tables if oid not in doomed]
         live = {oid.rsplit("$", k)[0] for oid in remaining for k in range(1, oid.count("$"))}
         empty = {oid.rsplit("$", k)[0] for oid in doomed for k in range(1, oid.count("$"))} - live
-        spec_ids = {tables[oid].spec_id for oid in doomed} or {self.current_spec.spec_id}
+        spec_ids = {tables[oid] for oid in doomed} or {self.current_spec.spec_id}
         base = self._store.dataset(self._state.version)
         rows = pa.Table.from_pylist(self._lock_rows(spec_ids, None), schema=base.schema)
         self._store.merge_rows(base, rows, delete_ids=sorted(doomed | empty))

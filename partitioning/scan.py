@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from partitioning.errors import CorruptNamespace
 from partitioning.filters import Filter, TrueFilter, to_sql
-from partitioning.manifest import join_uri
+from partitioning.manifest import table_uri
 from partitioning.pruning import partition_condition
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionSpec
@@ -78,6 +79,8 @@ def plan_tables(
     """Prune the manifest's table rows with the bound filter ``f``, spec version by spec version.
 
     ``residual`` is the filter text the tasks carry (default: ``f`` rendered as SQL).
+    Every kept row's ``location`` is checked (:func:`partitioning.manifest.check_location`)
+    before it becomes a task; rows pruned away are never followed, so they are not.
     """
     if residual is None and not isinstance(f, TrueFilter):
         residual = to_sql(f)
@@ -87,6 +90,7 @@ def plan_tables(
     tasks: list[ScanTask] = []
     total: dict[int, int] = {}
     kept: dict[int, int] = {}
+    owner: dict[str, str] = {}
     for spec_id, spec in sorted(specs.items()):
         rows = tables.filter(pc.equal(spec_of, spec_id))
         total[spec_id] = rows.num_rows
@@ -95,11 +99,18 @@ def plan_tables(
             rows = rows.filter(condition)
         kept[spec_id] = rows.num_rows
         for r in rows.select(["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist():
+            uri = table_uri(root, r["object_id"], r["location"])
+            other = owner.setdefault(r["location"], r["object_id"])
+            if other != r["object_id"]:
+                raise CorruptNamespace(
+                    f"__manifest table rows {other!r} and {r['object_id']!r} both have location {r['location']!r}; "
+                    "remove one with PartitionedNamespace.remove_tables"
+                )
             tasks.append(
                 ScanTask(
                     object_id=r["object_id"],
                     location=r["location"],
-                    uri=join_uri(root, r["location"]),
+                    uri=uri,
                     spec_id=spec_id,
                     read_version=r["read_version"],
                     read_branch=r["read_branch"],

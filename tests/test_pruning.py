@@ -164,7 +164,8 @@ def test_bad_filter_is_one_line_invalid_input(text: str) -> None:
 NOT_PRUNED = [
     ("a = NULL", Const(None)),
     ("NULL <=> NULL", Const(True)),
-    ("1 = 2", Opaque("comparison =")),
+    ("1 = 2", Const(False)),
+    ("1 = 2.0", Opaque("comparison =")),
     ("a LIKE 5", Opaque("LIKE")),
     ("d = DATE '2025-13-45'", Opaque("comparison =")),
     ("t = TIMESTAMP 'yesterday'", Opaque("comparison =")),
@@ -202,7 +203,7 @@ def test_dialects_read_quotes_and_escapes_differently() -> None:
     """Spark: "x" is a string and backslashes escape; DataFusion: "x" is a column, no escapes."""
     spark, datafusion = Dialect(), Dialect.datafusion()
     assert parse_filter('"other col" = 2', datafusion) == Cmp("other col", "=", 2)
-    assert parse_filter("\"p\" = 'US'", spark) == Opaque("comparison =")
+    assert parse_filter("\"p\" = 'US'", spark) == Const(False)
     assert parse_filter("s = 'a\\nb'", spark) == Cmp("s", "=", "a\nb")
     assert parse_filter("s = 'a\\nb'", datafusion) == Cmp("s", "=", "a\\nb")
     assert parse_filter("s = 'it\\'s'", spark) == Cmp("s", "=", "it's")
