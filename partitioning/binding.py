@@ -42,7 +42,7 @@ from partitioning.filters import (
     TrueFilter,
     negation_normal_form,
 )
-from partitioning.sqlparse import DECIMAL_CONTEXT, Dialect
+from partitioning.sqltokens import DECIMAL_CONTEXT, Dialect
 from partitioning.timezones import (
     is_fixed_offset,
     local_to_instant,

@@ -21,11 +21,26 @@ import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
-from partitioning.errors import ConcurrentModification, CorruptNamespace, InvalidInput, translate_lance_errors
+from partitioning.errors import (
+    ConcurrentModification,
+    CorruptNamespace,
+    InvalidInput,
+    PartitioningError,
+    first_line,
+    translate_lance_errors,
+)
 from partitioning.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
-from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
+from partitioning.leases import list_leases, protected_since
+from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri
 from partitioning.namespace import PartitionedNamespace, TableCommit
-from partitioning.orphans import find_orphans, merged, recorded_read_versions
+from partitioning.orphans import (
+    delete_files,
+    find_orphans,
+    merged,
+    recorded_read_versions,
+    remove_empty_dirs,
+    table_files,
+)
 from partitioning.scan import ScanTask
 from partitioning.sqlengine import matching_rows
 from partitioning.tables import (
@@ -53,7 +68,8 @@ __all__ = [
 ]
 
 DEFAULT_TARGET_ROWS = 1_048_576
-MIN_RETENTION = dt.timedelta(hours=1)
+MIN_RETENTION = dt.timedelta(hours=24)
+DEFAULT_RETENTION = dt.timedelta(days=7)
 COMMIT_ATTEMPTS = 8
 
 
@@ -88,7 +104,8 @@ class MaintenanceReport:
         else:
             body = f"{self.fragments_before} fragments -> {self.fragments_after}"
         tail = f", __manifest v{self.manifest_version}" if self.manifest_version is not None else ""
-        skipped = f" ({len(self.skipped)} changed concurrently, left as they were)" if self.skipped else ""
+        why = "in use or not written by Lance" if self.operation == "vacuum" else "changed concurrently"
+        skipped = f" ({len(self.skipped)} {why}, left as they were)" if self.skipped else ""
         return f"{head}: {body}{tail}{skipped}"
 
 
@@ -393,92 +410,171 @@ def _retained_versions(manifest: lance.LanceDataset, cutoff: dt.datetime) -> lis
     return older[-1:] + retained
 
 
+@dataclass(frozen=True)
+class _Deletion:
+    """One item of a vacuum plan: Lance files (and then their empty directories), or dataset versions."""
+
+    item: str
+    files: tuple[str, ...] = ()
+    dirs: tuple[str, ...] = ()
+    versions: tuple[str, tuple[int, ...]] | None = None
+
+
+def _dataset_or_none(uri: str, opts: Mapping[str, str] | None) -> lance.LanceDataset | None:
+    """The dataset at ``uri``, or None when nothing is there (deleted by an earlier vacuum)."""
+    try:
+        return lance.dataset(uri, storage_options=dict(opts) if opts else None)
+    except (ValueError, OSError, RuntimeError) as exc:
+        if table_files(uri) is None or "not found" in str(exc).lower():
+            return None
+        raise PartitioningError(f"vacuum: cannot open {uri}: {first_line(exc)}") from exc
+
+
+def _table_dir(root: str, uri: str, item: str, limit: dt.datetime | None) -> tuple[_Deletion | None, str | None]:
+    """The deletion of one unreferenced table directory, or why it is kept (None, None if it is gone).
+
+    Only Lance's files go, and only when every one is older than ``limit``.
+    """
+    listed = table_files(uri)
+    if listed is None:
+        return None, None
+    if limit is not None and listed.newest is not None and listed.newest >= limit:
+        return None, f"{uri}: written since {limit.isoformat()} (a write in progress may use it)"
+    kept = f"{uri}: {', '.join(listed.foreign)} not written by Lance, left in place" if listed.foreign else None
+    if not listed.files and listed.foreign:
+        return None, kept
+    return _Deletion(item, tuple(f for f, _ in listed.files), listed.dirs), kept
+
+
 def vacuum(
     root: str | PartitionedNamespace,
-    retain: dt.timedelta = dt.timedelta(days=7),
+    retain: dt.timedelta = DEFAULT_RETENTION,
     *,
     dry_run: bool = False,
     allow_short_retention: bool = False,
     now: dt.datetime | None = None,
 ) -> MaintenanceReport:
-    """Delete what no reader within ``retain`` can reach.
+    """Delete what no reader within ``retain`` and no write in progress can reach.
 
-    - files and table directories of failed writes (``ns.orphans()``) older than ``retain``;
-    - partition tables no retained ``__manifest`` version refers to (dropped partitions);
+    What goes (``cutoff = now - retain``):
+
+    - files of failed writes (``ns.orphans()``): Lance data files no dataset version
+      references, and table directories no ``__manifest`` version mentions, older than
+      ``cutoff``;
+    - directories of partition tables no retained ``__manifest`` version refers to
+      (dropped partitions), where a retained version is one after ``cutoff`` or the one
+      current at it;
     - dataset versions below the newest one a retained manifest version reads that no
       retained manifest version reads (newer ones may belong to writes in progress);
-    - ``__manifest`` versions older than the one current ``retain`` ago.
+    - ``__manifest`` versions older than the one current at ``cutoff``;
+    - write leases whose heartbeat stopped :data:`partitioning.leases.LEASE_TTL` ago.
 
-    Time travel to any manifest version within ``retain`` keeps working. Like Delta,
-    a retention under one hour is refused unless ``allow_short_retention`` is set, since
-    it can delete the files of a write still in progress.
+    Writes in progress: each holds a lease under ``<root>/_writes``
+    (:mod:`partitioning.leases`). While any lease is live, no file modified and no
+    dataset version committed at or after the earliest live lease's start is deleted,
+    whatever ``retain`` says (a write's files all postdate its lease; a write that takes
+    its lease after vacuum listed the leases writes files newer than ``now``). And a
+    commit checks that every data file it references exists, so a write whose files
+    went anyway fails without committing; nothing committed becomes unreadable.
+
+    What never goes: anything outside the root (each target is checked with
+    :func:`partitioning.manifest.contained`), a ``__manifest`` row's location that is not
+    one table directory under the root (never followed), and anything in a table
+    directory that Lance does not write (:data:`partitioning.orphans.LANCE_ENTRIES`; such
+    entries are reported in ``skipped``). A target already gone counts as deleted, so a
+    vacuum that died half-way can simply run again.
+
+    ``retain`` under :data:`MIN_RETENTION` (24 hours) is refused unless
+    ``allow_short_retention`` is set; leases are honoured either way.
     """
+    if retain < dt.timedelta(0):
+        raise InvalidInput(f"vacuum retain={retain} is negative")
     if retain < MIN_RETENTION and not allow_short_retention:
         raise InvalidInput(
-            f"vacuum retain={retain} is under {MIN_RETENTION}; it could delete files of writes in progress "
-            "(pass allow_short_retention=True to do it anyway)"
+            f"vacuum retain={retain} is under {MIN_RETENTION}; it could delete files of long writes in progress "
+            "and versions readers still use (pass allow_short_retention=True to do it anyway)"
         )
-    ns = _namespace(root)
-    now = now or dt.datetime.now(dt.UTC)
+    ns = _namespace(root).refresh()
+    now = _aware(now) if now is not None else dt.datetime.now(dt.UTC)
     cutoff = now - retain
+    leases = list_leases(ns.root)
+    since = protected_since(leases, now)
+    file_cutoff = min(cutoff, since) if since is not None else cutoff
     opts = dict(ns.storage_options) if ns.storage_options else None
-    manifest = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
-    recorded = recorded_read_versions(ns.root, ns.storage_options)
-    kept_versions = _retained_versions(manifest, cutoff)
+    latest_locations = {t.location for t in ns.partitions()}
+    with translate_lance_errors(f"vacuum {ns.root}: read {MANIFEST_DIR}"):
+        manifest = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
+        recorded = recorded_read_versions(ns.root, ns.storage_options)
+        kept_versions = _retained_versions(manifest, cutoff)
     retained = merged(recorded[v] for v in kept_versions if v in recorded)
-    oldest_manifest = kept_versions[0] if kept_versions else None
-    planned: list[str] = []
-    actions: list[Any] = []
-    fs, _ = filesystem_of(ns.root)
+    plan: list[_Deletion] = []
+    kept: list[str] = []
 
     for orphan in find_orphans(ns.root, ns.storage_options, recorded=recorded):
-        if orphan.kind == "version":
-            continue  # handled per table below
-        path = filesystem_of(orphan.uri)[1]
-        info = fs.get_file_info(path)
-        if info.mtime is not None and _aware(info.mtime) >= cutoff:
-            continue
-        if orphan.kind in ("table_dir", "data_file"):
-            planned.append(f"{orphan.kind} {orphan.uri}")
-            actions.append(("delete_dir" if orphan.kind == "table_dir" else "delete_file", path))
+        if orphan.kind == "data_file":
+            fs, path = filesystem_of(orphan.uri)
+            mtime = fs.get_file_info(path).mtime
+            if mtime is not None and _aware(mtime) < file_cutoff:
+                plan.append(_Deletion(f"data_file {orphan.uri}", (orphan.uri,)))
+        elif orphan.kind == "table_dir":
+            deletion, why = _table_dir(ns.root, orphan.uri, f"table_dir {orphan.uri}", file_cutoff)
+            plan.extend([deletion] if deletion is not None else [])
+            kept.extend([why] if why is not None else [])
 
-    latest_locations = {t.location for t in ns.partitions()}
     for location in sorted(merged(recorded.values())):
         uri = join_uri(ns.root, location)
         if location not in retained and location not in latest_locations:
-            planned.append(f"table_dir {uri} (no retained __manifest version refers to it)")
-            actions.append(("delete_dir", filesystem_of(uri)[1]))
+            item = f"table_dir {uri} (no retained __manifest version refers to it)"
+            deletion, why = _table_dir(ns.root, uri, item, since)
+            plan.extend([deletion] if deletion is not None else [])
+            kept.extend([why] if why is not None else [])
             continue
         needed = retained.get(location, set())
         if None in needed or not needed:
             continue
-        try:
-            ds = lance.dataset(uri, storage_options=opts)
-        except ValueError:
+        ds = _dataset_or_none(uri, opts)
+        if ds is None:
             continue
         newest = max(v for v in needed if v is not None)
-        doomed = sorted(v["version"] for v in ds.versions() if v["version"] < newest and v["version"] not in needed)
+        doomed = sorted(
+            v["version"]
+            for v in ds.versions()
+            if v["version"] < newest
+            and v["version"] not in needed
+            and (since is None or _aware(v["timestamp"]) < since)
+        )
         if doomed:
-            planned.append(f"versions {uri} {_ranges(doomed)} (no retained read_version)")
-            actions.append(("cleanup", (uri, doomed)))
+            plan.append(
+                _Deletion(f"versions {uri} {_ranges(doomed)} (no retained read_version)", versions=(uri, tuple(doomed)))
+            )
 
-    if oldest_manifest is not None:
-        doomed = sorted(v["version"] for v in manifest.versions() if v["version"] < oldest_manifest)
+    if kept_versions:
+        doomed = sorted(v["version"] for v in manifest.versions() if v["version"] < kept_versions[0])
         if doomed:
-            planned.append(f"versions {manifest.uri} {_ranges(doomed)}")
-            actions.append(("cleanup", (manifest.uri, doomed)))
+            plan.append(_Deletion(f"versions {manifest.uri} {_ranges(doomed)}", versions=(manifest.uri, tuple(doomed))))
+    for lease in leases:
+        if not lease.live(now):
+            plan.append(_Deletion(f"lease {lease.uri} (expired)", (lease.uri,)))
 
     if not dry_run:
-        for kind, arg in actions:
-            with translate_lance_errors(f"vacuum {ns.root}"):
-                if kind == "delete_dir":
-                    fs.delete_dir(arg)
-                elif kind == "delete_file":
-                    fs.delete_file(arg)
-                else:
-                    uri, versions = arg
-                    lance.dataset(uri, storage_options=opts).cleanup_old_versions(versions=versions)
-    return MaintenanceReport("vacuum", ns.root, None, deleted=tuple(planned), dry_run=dry_run)
+        for deletion in plan:
+            kept.extend(f"{uri}: outside the root" for uri in delete_files(ns.root, deletion.files))
+            remove_empty_dirs(ns.root, deletion.dirs)
+            if deletion.versions is not None:
+                _cleanup_versions(ns.root, *deletion.versions, opts)
+    return MaintenanceReport(
+        "vacuum", ns.root, None, deleted=tuple(d.item for d in plan), skipped=tuple(kept), dry_run=dry_run
+    )
+
+
+def _cleanup_versions(root: str, uri: str, versions: Sequence[int], opts: Mapping[str, str] | None) -> None:
+    """Lance's own cleanup of ``versions`` of the dataset at ``uri`` (inside ``root``); a dataset gone is fine."""
+    contained(root, uri)
+    ds = _dataset_or_none(uri, opts)
+    if ds is None:
+        return
+    with translate_lance_errors(f"vacuum {root}: clean up versions {_ranges(list(versions))} of {uri}"):
+        ds.cleanup_old_versions(versions=list(versions), error_if_tagged_old_versions=False)
 
 
 def optimize_manifest(root: str | PartitionedNamespace) -> MaintenanceReport:

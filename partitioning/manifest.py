@@ -59,7 +59,7 @@ MAX_SEGMENT_BYTES = 255
 _PLAIN_RE = re.compile(r"[0-9a-f]{8}_(?P<rest>.+)", re.DOTALL)
 _BOUNDED_RE = re.compile(r"[0-9a-f]{8}_(?P<spec>v\d+)_[a-z0-9]{16}")
 _SAFE_RE = re.compile(r"[0-9a-f]{8}_[A-Za-z0-9$_.=+-]+")
-_UNSAFE_CHARS = frozenset("/\\:%?#*\"<>|")
+_UNSAFE_CHARS = frozenset('/\\:%?#*"<>|')
 
 
 def _shown(value: Any, limit: int = 120) -> str:

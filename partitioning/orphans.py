@@ -6,12 +6,17 @@ Three kinds, none of them visible to readers that honour ``__manifest``:
   new partition whose write never committed);
 - ``version``: a dataset version that no ``__manifest`` version records as its
   table's ``read_version`` (datasets committed, manifest commit lost or retried);
-- ``data_file``: a data file no version of its dataset references (fragments
-  written by a task whose job never committed them).
+- ``data_file``: a Lance data file (``data/*.lance``) no version of its dataset
+  references (fragments written by a task whose job never committed them).
+
+Only ``__manifest`` locations that are one table directory under the root are
+followed (:func:`partitioning.manifest.location_problem`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,10 +25,12 @@ from typing import Literal
 import lance
 import pyarrow.fs as pafs
 
-from partitioning.manifest import MANIFEST_DIR, filesystem_of, join_uri
+from partitioning.errors import PartitioningError, translate_lance_errors
+from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
 _TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+((\$[^/]*)*\$dataset|_[a-z0-9]{16})$")
+DATA_FILE_SUFFIX = ".lance"
 
 
 @dataclass(frozen=True)
@@ -48,16 +55,20 @@ def _listing(uri: str) -> tuple[pafs.FileSystem, str, list[pafs.FileInfo]]:
 def recorded_read_versions(
     root: str, storage_options: Mapping[str, str] | None
 ) -> dict[int, dict[str, set[int | None]]]:
-    """For every ``__manifest`` version: table location -> the read_versions it records."""
+    """For every ``__manifest`` version: table location -> the read_versions it records.
+
+    Only locations that may be a table's directory (:func:`location_problem`) are
+    returned: a row pointing anywhere else is never followed, listed or deleted.
+    """
     uri = join_uri(root, MANIFEST_DIR)
     latest = lance.dataset(uri, storage_options=dict(storage_options) if storage_options else None)
     out: dict[int, dict[str, set[int | None]]] = {}
     for info in latest.versions():
         ds = latest.checkout_version(info["version"])
-        table = ds.to_table(columns=["location", "read_version"], filter="object_type = 'table'")
+        table = ds.to_table(columns=["object_id", "location", "read_version"], filter="object_type = 'table'")
         seen = out.setdefault(info["version"], {})
         for row in table.to_pylist():
-            if row["location"]:
+            if location_problem(row["object_id"], row["location"]) is None:
                 seen.setdefault(row["location"], set()).add(row["read_version"])
     return out
 
@@ -94,8 +105,8 @@ def find_orphans(
         uri = join_uri(root, location)
         try:
             ds = lance.dataset(uri, storage_options=opts)
-        except ValueError:
-            continue  # removed already (vacuum); nothing left to report
+        except (ValueError, OSError, RuntimeError):
+            continue  # removed already (vacuum), or no dataset there; nothing to report
         referenced: set[str] = set()
         for info in ds.versions():
             version = info["version"]
@@ -105,8 +116,93 @@ def find_orphans(
                 referenced.update(f.path for f in fragment.data_files())
         _, _, files = _listing(join_uri(uri, "data"))
         for info in files:
-            if info.type == pafs.FileType.File and info.base_name not in referenced:
+            lance_file = info.type == pafs.FileType.File and info.base_name.endswith(DATA_FILE_SUFFIX)
+            if lance_file and info.base_name not in referenced:
                 out.append(
                     Orphan("data_file", join_uri(join_uri(uri, "data"), info.base_name), "no version refers to it")
                 )
     return out
+
+
+# -- deleting what vacuum may delete ----------------------------------------------------------------
+LANCE_ENTRIES = frozenset({"data", "_versions", "_transactions", "_deletions", "_indices", "_refs", "tree"})
+"""What Lance writes directly inside a dataset directory; vacuum deletes nothing else."""
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """The files vacuum may delete in one table directory, as listed once."""
+
+    uri: str
+    files: tuple[tuple[str, dt.datetime | None], ...]  # (URI, mtime)
+    dirs: tuple[str, ...]  # directories under ``uri`` (URIs), deepest first
+    foreign: tuple[str, ...]  # entries Lance does not write; never deleted
+
+    @property
+    def newest(self) -> dt.datetime | None:
+        times = [t for _, t in self.files if t is not None]
+        return max(times) if times else None
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+def table_files(uri: str) -> TableFiles | None:
+    """The Lance files under the table directory ``uri`` (None if it does not exist)."""
+    fs, path = filesystem_of(uri)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        return None
+    if info.type != pafs.FileType.Directory:
+        return TableFiles(uri, (), (), (info.base_name,))
+    files: list[tuple[str, dt.datetime | None]] = []
+    dirs: list[str] = []
+    foreign: list[str] = []
+    for top in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+        if top.base_name not in LANCE_ENTRIES or top.type != pafs.FileType.Directory:
+            foreign.append(top.base_name)
+            continue
+        dirs.append(join_uri(uri, top.base_name))
+        for entry in fs.get_file_info(pafs.FileSelector(top.path, recursive=True, allow_not_found=True)):
+            relative = entry.path[len(path) :].lstrip("/")
+            if entry.type == pafs.FileType.File:
+                files.append((join_uri(uri, relative), _utc(entry.mtime) if entry.mtime is not None else None))
+            elif entry.type == pafs.FileType.Directory:
+                dirs.append(join_uri(uri, relative))
+    dirs.sort(key=lambda d: d.count("/"), reverse=True)
+    return TableFiles(uri, tuple(files), (*dirs, uri), tuple(sorted(foreign)))
+
+
+def delete_files(root: str, uris: Iterable[str]) -> list[str]:
+    """Delete each file after checking it lies inside ``root`` (:func:`contained`); a file
+    already gone is fine. Returns the URIs refused as outside the root."""
+    refused = []
+    for uri in uris:
+        try:
+            contained(root, uri)
+        except PartitioningError:
+            refused.append(uri)
+            continue
+        fs, path = filesystem_of(uri)
+        with translate_lance_errors(f"vacuum {root}: delete {uri}"):
+            try:
+                fs.delete_file(path)
+            except FileNotFoundError:
+                pass
+    return refused
+
+
+def remove_empty_dirs(root: str, uris: Iterable[str]) -> None:
+    """Remove the given local directories (deepest first) if they are empty and inside ``root``.
+
+    Object stores have no directories to remove; a directory some writer filled meanwhile stays.
+    """
+    for uri in uris:
+        if "://" in uri and not uri.startswith("file://"):
+            return
+        try:
+            contained(root, uri)
+            os.rmdir(filesystem_of(uri)[1])
+        except (PartitioningError, OSError):
+            continue

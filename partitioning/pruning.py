@@ -31,7 +31,7 @@ from partitioning.filters import And, Approx, Cmp, Const, Filter, In, IsNull, Li
 from partitioning.manifest import partition_column
 from partitioning.schema import NamespaceSchema, field_id_of
 from partitioning.spec import PartitionField, PartitionSpec
-from partitioning.sqlparse import DECIMAL_CONTEXT
+from partitioning.sqltokens import DECIMAL_CONTEXT
 from partitioning.transforms import (
     DayTransform,
     HourTransform,

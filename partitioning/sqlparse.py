@@ -14,13 +14,26 @@ Size is bounded: a filter may hold at most :data:`MAX_TOKENS` tokens and nest at
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import re
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
-from partitioning.errors import InvalidInput
+from partitioning.sqlnodes import (
+    Between,
+    Binary,
+    BoolOp,
+    Column,
+    Expr,
+    InList,
+    Is,
+    LikeOp,
+    Literal,
+    Other,
+    Unary,
+    cast_literal,
+    number_literal,
+)
+from partitioning.sqltokens import MAX_TOKENS, Dialect, SqlSyntaxError, Token, tokenize
 from partitioning.timezones import local_to_instant, parse_date_text, parse_timestamp_text, resolve_zone
 
 __all__ = [
@@ -42,278 +55,7 @@ __all__ = [
     "parse_expression",
 ]
 
-MAX_TOKENS = 200_000
 MAX_DEPTH = 200
-DECIMAL_CONTEXT = decimal.Context(prec=200, Emax=999_999, Emin=-999_999)
-
-
-class SqlSyntaxError(InvalidInput):
-    """The text is not an expression this parser can read (or exceeds its bounds)."""
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """How literals and names are read: Spark SQL (with the session's settings) or DataFusion."""
-
-    name: str = "spark"
-    time_zone: str | None = "UTC"  # None: no session zone known; zone-less timestamps are refused
-    escaped_string_literals: bool = False  # spark.sql.parser.escapedStringLiterals
-    double_quoted_identifiers: bool = False  # spark.sql.ansi.doubleQuotedIdentifiers
-    case_sensitive: bool = False  # spark.sql.caseSensitive
-    timestamp_ntz_default: bool = False  # spark.sql.timestampType = TIMESTAMP_NTZ
-
-    @classmethod
-    def datafusion(cls, time_zone: str = "UTC") -> Dialect:
-        return cls("datafusion", time_zone, True, True, False, False)
-
-    @property
-    def zone(self) -> str:
-        """The zone of timestamps written without one; refused when none is known."""
-        if self.time_zone is None:
-            raise InvalidInput(
-                "a timestamp without a time zone needs one here: write it with its zone "
-                "(TIMESTAMP '2025-12-10 00:00:00Z' or '...+01:00') or set the option timeZone"
-            )
-        return self.time_zone
-
-
-# -- expression nodes ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Column:
-    parts: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Literal:
-    """``kind``: null, bool, int, decimal, double, string, date, timestamp (aware),
-    timestamp_ntz (naive), binary."""
-
-    value: Any
-    kind: str
-
-
-@dataclass(frozen=True)
-class Other:
-    """Anything pruning does not look into (functions, CASE, subqueries, arithmetic...)."""
-
-    what: str
-
-
-@dataclass(frozen=True)
-class Unary:
-    op: str  # "-", "+", "~", "not"
-    arg: Expr
-
-
-@dataclass(frozen=True)
-class Binary:
-    op: str  # comparisons, arithmetic, "||"
-    left: Expr
-    right: Expr
-
-
-@dataclass(frozen=True)
-class BoolOp:
-    op: str  # "and" | "or"
-    args: tuple[Expr, ...]
-
-
-@dataclass(frozen=True)
-class InList:
-    arg: Expr
-    items: tuple[Expr, ...]
-    negated: bool
-
-
-@dataclass(frozen=True)
-class Between:
-    arg: Expr
-    low: Expr
-    high: Expr
-    negated: bool
-
-
-@dataclass(frozen=True)
-class LikeOp:
-    op: str  # like | ilike | rlike
-    arg: Expr
-    pattern: Expr
-    escape: str | None
-    negated: bool
-
-
-@dataclass(frozen=True)
-class Is:
-    arg: Expr
-    what: str  # null | true | false | unknown | distinct
-    negated: bool
-    other: Expr | None = None  # for IS [NOT] DISTINCT FROM
-
-
-Expr: TypeAlias = Column | Literal | Other | Unary | Binary | BoolOp | InList | Between | LikeOp | Is
-
-# -- tokens -------------------------------------------------------------------------------------
-
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:BD|bd|[LlSsYyDdFf])?(?![A-Za-z0-9_])")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+[A-Za-z_][A-Za-z0-9_]*")
-_OPERATORS = (
-    "<=>", "!=", "<>", "<=", ">=", "==", "||", "->", "::", "<<", ">>",
-    "=", "<", ">", "+", "-", "*", "/", "%", "&", "|", "^", "~", "!", "(", ")", ",", ".", "[", "]", ":", ";", "?",
-)  # fmt: skip
-_SIMPLE_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "\\": "\\"}
-
-
-@dataclass(frozen=True)
-class _Tok:
-    kind: str  # num, str, ident, qident, op, eof
-    text: str
-    value: Any = None
-    prefix: str = ""  # string prefix (r, x, e)
-
-
-def _string_value(body: str, quote: str, escapes: bool) -> str:
-    """The value of a quoted literal's body: doubled quotes, and Spark's backslash escapes
-    (``\\n``, ``\\uXXXX``, octal ``\\ooo``; ``\\%`` and ``\\_`` keep their backslash for LIKE)."""
-    out: list[str] = []
-    i, n = 0, len(body)
-    while i < n:
-        c = body[i]
-        if c == quote and i + 1 < n and body[i + 1] == quote:
-            out.append(quote)
-            i += 2
-        elif c == "\\" and escapes and i + 1 < n:
-            nxt = body[i + 1]
-            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2 : i + 6]):
-                out.append(chr(int(body[i + 2 : i + 6], 16)))
-                i += 6
-            elif re.fullmatch(r"[0-3][0-7][0-7]", body[i + 1 : i + 4]):
-                out.append(chr(int(body[i + 1 : i + 4], 8)))
-                i += 4
-            else:
-                out.append("\\" + nxt if nxt in "%_" else _SIMPLE_ESCAPES.get(nxt, nxt))
-                i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _read_quoted(text: str, start: int, quote: str, backslash: bool) -> tuple[str, int]:
-    """The raw body of a quoted token starting at ``start`` (the quote) and the index after it."""
-    i = start + 1
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if backslash and c == "\\":
-            i += 2
-            continue
-        if c == quote:
-            if i + 1 < n and text[i + 1] == quote:
-                i += 2
-                continue
-            return text[start + 1 : i], i + 1
-        i += 1
-    raise SqlSyntaxError(f"unterminated {quote}-quoted text starting at position {start}")
-
-
-def tokenize(text: str, dialect: Dialect) -> list[_Tok]:
-    toks: list[_Tok] = []
-    i, n = 0, len(text)
-    spark = dialect.name == "spark"
-    while i < n:
-        if len(toks) > MAX_TOKENS:
-            raise SqlSyntaxError(f"filter is too long: more than {MAX_TOKENS} tokens")
-        c = text[i]
-        if c.isspace():
-            i += 1
-            continue
-        if text.startswith("--", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end + 1
-            continue
-        if text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise SqlSyntaxError("unterminated /* comment")
-            i = end + 2
-            continue
-        prefix = ""
-        if c in "rRxXeE" and i + 1 < n and text[i + 1] in "'\"" and (i == 0 or not _is_word(text[i - 1])):
-            prefix = c.lower()
-            if prefix == "e" and spark:
-                prefix = ""
-            else:
-                i += 1
-                c = text[i]
-        if c == "'" or (c == '"' and not (dialect.double_quoted_identifiers and not prefix)):
-            escapes = (spark and not dialect.escaped_string_literals and prefix != "r") or prefix == "e"
-            body, i = _read_quoted(text, i, c, escapes)
-            if prefix == "x":
-                toks.append(_Tok("bin", body, body))
-                continue
-            value = _string_value(body, c, escapes)
-            if toks and toks[-1].kind == "str" and spark:  # Spark joins adjacent string literals
-                toks[-1] = _Tok("str", toks[-1].text + " " + body, toks[-1].value + value)
-            else:
-                toks.append(_Tok("str", body, value))
-            continue
-        if c == '"':
-            body, i = _read_quoted(text, i, '"', False)
-            toks.append(_Tok("qident", body, body.replace('""', '"')))
-            continue
-        if c == "`":
-            body, i = _read_quoted(text, i, "`", False)
-            toks.append(_Tok("qident", body, body.replace("``", "`")))
-            continue
-        m = _NUMBER.match(text, i)
-        if m and (c.isdigit() or c == "."):
-            toks.append(_Tok("num", m.group(0)))
-            i = m.end()
-            continue
-        m = _IDENT.match(text, i)
-        if m:
-            toks.append(_Tok("ident", m.group(0)))
-            i = m.end()
-            continue
-        for op in _OPERATORS:
-            if text.startswith(op, i):
-                toks.append(_Tok("op", op))
-                i += len(op)
-                break
-        else:
-            raise SqlSyntaxError(f"unexpected character {c!r} at position {i}")
-    toks.append(_Tok("eof", ""))
-    return toks
-
-
-def _is_word(c: str) -> bool:
-    return c.isalnum() or c == "_"
-
-
-def number_literal(text: str, dialect: Dialect) -> Literal:
-    """A numeric token as Spark (or DataFusion) types it."""
-    upper = text.upper()
-    suffix = ""
-    for s in ("BD", "L", "S", "Y", "D", "F"):
-        if upper.endswith(s):
-            suffix, text = s, text[: -len(s)]
-            break
-    has_point = "." in text
-    has_exp = "e" in text.lower()
-    if suffix in ("D", "F") or (has_exp and suffix != "BD"):
-        return Literal(float(text), "double")
-    if dialect.name == "datafusion" and has_point:
-        return Literal(float(text), "double")
-    if suffix == "BD" or has_point or has_exp:
-        return Literal(decimal.Decimal(text), "decimal")
-    value = int(text)
-    if suffix:
-        return Literal(value, "int")
-    if dialect.name == "spark" and value >= 2**63:
-        return Literal(decimal.Decimal(value), "decimal")
-    return Literal(value, "int")
 
 
 # -- parser -------------------------------------------------------------------------------------
@@ -341,7 +83,7 @@ class _Parser:
 
     # token helpers
     @property
-    def tok(self) -> _Tok:
+    def tok(self) -> Token:
         return self.toks[self.i]
 
     def word(self, offset: int = 0) -> str:
@@ -351,7 +93,7 @@ class _Parser:
     def is_op(self, *ops: str) -> bool:
         return self.tok.kind == "op" and self.tok.text in ops
 
-    def advance(self) -> _Tok:
+    def advance(self) -> Token:
         t = self.tok
         if t.kind != "eof":
             self.i += 1
@@ -724,48 +466,6 @@ class _Parser:
         return Literal(parsed, "timestamp")
 
 
-def cast_literal(arg: Expr, type_text: str, dialect: Dialect) -> Expr:
-    """``CAST(literal AS type)`` folded to a literal where the result is certain; else Other."""
-    if not isinstance(arg, Literal) or arg.value is None:
-        return Literal(None, "null") if isinstance(arg, Literal) else Other("CAST")
-    t = type_text.replace(" ", "").lower()
-    v, kind = arg.value, arg.kind
-    try:
-        if t == "date" and kind == "string":
-            value = parse_date_text(v)
-            return Other("CAST") if value is None else Literal(value, "date")
-        if t in ("timestamp", "timestamp_ltz") and kind == "string":
-            parsed = parse_timestamp_text(v, None)
-            if parsed is None:
-                return Other("CAST")
-            if parsed.tzinfo is None:
-                parsed = local_to_instant(parsed, resolve_zone(dialect.zone))
-            return Literal(parsed, "timestamp")
-        if t == "timestamp_ntz" and kind == "string":
-            parsed = parse_timestamp_text(v, None)
-            if parsed is None or parsed.tzinfo is not None:
-                return Other("CAST")
-            return Literal(parsed, "timestamp_ntz")
-        if t in ("double", "float", "real") and kind in ("int", "decimal", "double"):
-            return Literal(float(v), "double") if t == "double" else Other("CAST")
-        if t in ("double",) and kind == "string" and v.strip().lower() in ("nan", "inf", "-inf", "infinity"):
-            return Literal(float(v.strip().lower().replace("infinity", "inf")), "double")
-        m = re.fullmatch(r"decimal\((\d+)(?:,(\d+))?\)", t)
-        if m and kind in ("int", "decimal"):
-            precision, scale = int(m.group(1)), int(m.group(2) or 0)
-            q = decimal.Decimal(v).quantize(decimal.Decimal(1).scaleb(-scale), context=DECIMAL_CONTEXT)
-            if q != decimal.Decimal(v) or len(q.as_tuple().digits) > precision:
-                return Other("CAST")
-            return Literal(q, "decimal")
-        if t in ("bigint", "long", "int", "integer", "smallint", "short", "tinyint", "byte") and kind == "int":
-            return arg
-        if t in ("string", "varchar", "char") and kind == "string":
-            return arg
-    except (ValueError, ArithmeticError):
-        return Other("CAST")
-    return Other("CAST")
-
-
 def parse_expression(text: str, dialect: Dialect | None = None) -> Expr:
     """Parse ``text``; raises :class:`SqlSyntaxError` (one line) when it cannot."""
     if not isinstance(text, str):
@@ -774,26 +474,3 @@ def parse_expression(text: str, dialect: Dialect | None = None) -> Expr:
         return _Parser(text, dialect or Dialect()).parse()
     except RecursionError as exc:
         raise SqlSyntaxError(f"filter nests too deeply to parse ({len(text)} characters)") from exc
-
-
-def literal_python(value: Any) -> tuple[Any, str]:
-    """The (value, kind) of a Python value as a literal (used for Spark's pushed filters)."""
-    if value is None:
-        return None, "null"
-    if isinstance(value, bool):
-        return value, "bool"
-    if isinstance(value, int):
-        return value, "int"
-    if isinstance(value, float):
-        return value, "double"
-    if isinstance(value, decimal.Decimal):
-        return value, "decimal"
-    if isinstance(value, str):
-        return value, "string"
-    if isinstance(value, bytes | bytearray):
-        return bytes(value), "binary"
-    if isinstance(value, dt.datetime):
-        return value, "timestamp" if value.tzinfo is not None else "timestamp_ntz"
-    if isinstance(value, dt.date):
-        return value, "date"
-    return value, "other"

@@ -1,0 +1,203 @@
+"""Write leases: how a write in progress tells :func:`partitioning.maintenance.vacuum` to keep its files.
+
+A write takes a lease before it writes any file: ``<root>/_writes/<random id>.json``
+records when the write started (its own clock, and the storage's clock as the lease
+file's first modification time) and its latest heartbeat. While the write runs, a
+background thread rewrites the heartbeat every :data:`HEARTBEAT_INTERVAL`; when the
+write ends, committed or failed, the file is deleted. A lease whose last heartbeat is
+older than :data:`LEASE_TTL` belongs to a write that crashed: vacuum ignores it and
+deletes it.
+
+The rule vacuum follows (see :func:`protected_since`): with ``start`` the earliest start
+of any live lease, it deletes no file modified at or after ``start`` and cleans up no
+dataset version committed at or after ``start``. A write's files and dataset versions
+are all made after its lease was stored, so none of them can go while its lease lives.
+A write whose lease is stored after vacuum listed the leases started after vacuum's
+``now``, so its files are newer than ``now - retain`` and vacuum keeps them anyway.
+If a lease lapses (a write stalled past :data:`LEASE_TTL`), the write's commit still
+checks that every data file it references exists and commits nothing otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from partitioning.manifest import filesystem_of, join_uri
+
+__all__ = [
+    "HEARTBEAT_INTERVAL",
+    "LEASE_DIR",
+    "LEASE_TTL",
+    "Lease",
+    "list_leases",
+    "protected_since",
+    "write_lease",
+]
+
+LEASE_DIR = "_writes"
+HEARTBEAT_INTERVAL = dt.timedelta(seconds=30)
+LEASE_TTL = dt.timedelta(minutes=10)
+_SUFFIX = ".json"
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One write's lease as vacuum reads it. ``start`` is the earlier of the writer's clock
+    and the storage's clock at its creation; ``seen`` the later of its heartbeat and mtime."""
+
+    uri: str
+    start: dt.datetime
+    seen: dt.datetime
+    write_id: str | None = None
+
+    def live(self, now: dt.datetime) -> bool:
+        return now - self.seen < LEASE_TTL
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+def _write_json(fs: pafs.FileSystem, path: str, body: Mapping[str, object]) -> None:
+    data = json.dumps(body, sort_keys=True).encode()
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{secrets.token_hex(4)}.tmp")
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, path)
+    else:
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+
+
+class _Heartbeat:
+    """The lease file of one write and the thread that keeps it fresh."""
+
+    def __init__(self, root: str, write_id: str | None, interval: dt.timedelta) -> None:
+        self.uri = join_uri(join_uri(root, LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
+        self.fs, self.path = filesystem_of(self.uri)
+        self.write_id = write_id
+        self.interval = interval
+        self.started = dt.datetime.now(dt.UTC)
+        self.stored: dt.datetime | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lance_partitioned-lease", daemon=True)
+
+    def _body(self) -> dict[str, object]:
+        body: dict[str, object] = {
+            "started": self.started.isoformat(),
+            "heartbeat": dt.datetime.now(dt.UTC).isoformat(),
+            "write_id": self.write_id,
+        }
+        if self.stored is not None:
+            body["stored"] = self.stored.isoformat()
+        return body
+
+    def beat(self) -> None:
+        _write_json(self.fs, self.path, self._body())
+
+    def start(self) -> None:
+        self.fs.create_dir(self.path.rsplit("/", 1)[0])
+        self.beat()
+        mtime = self.fs.get_file_info(self.path).mtime
+        if mtime is not None:
+            self.stored = _utc(mtime)
+            self.beat()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval.total_seconds()):
+            try:
+                self.beat()
+            except (OSError, ValueError) as exc:
+                _log.warning("could not refresh the write lease %s: %s", self.uri, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        try:
+            self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            _log.warning("could not remove the write lease %s (it expires by itself): %s", self.uri, exc)
+
+
+@contextmanager
+def write_lease(
+    root: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    write_id: str | None = None,
+    interval: dt.timedelta = HEARTBEAT_INTERVAL,
+) -> Iterator[str | None]:
+    """Hold a lease under ``root`` for the duration of a write; yields its URI.
+
+    Take it before writing any fragment and keep it until the ``__manifest`` commit has
+    returned or failed. If the lease cannot be stored (a read-only or unreachable store),
+    the write goes on with a warning and yields None: its commit still verifies its files.
+    """
+    del storage_options  # the lease is written with the root's Arrow filesystem, as vacuum lists it
+    beat = _Heartbeat(root, write_id, interval)
+    try:
+        beat.start()
+    except (OSError, ValueError) as exc:
+        _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
+        yield None
+        return
+    try:
+        yield beat.uri
+    finally:
+        beat.stop()
+
+
+def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:
+    """A lease from its file; an unreadable one (a write half done) protects everything."""
+    try:
+        body = json.loads(raw)
+        started = _utc(dt.datetime.fromisoformat(body["started"]))
+        heartbeat = _utc(dt.datetime.fromisoformat(body["heartbeat"]))
+        stored = _utc(dt.datetime.fromisoformat(body["stored"])) if body.get("stored") else started
+        write_id = body.get("write_id")
+    except (ValueError, KeyError, TypeError):
+        return Lease(uri, dt.datetime.min.replace(tzinfo=dt.UTC), mtime)
+    return Lease(uri, min(started, stored), max(heartbeat, mtime), write_id if isinstance(write_id, str) else None)
+
+
+def list_leases(root: str) -> list[Lease]:
+    """Every lease under ``root``, live or expired (see :meth:`Lease.live`)."""
+    fs, path = filesystem_of(join_uri(root, LEASE_DIR))
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    out = []
+    for info in infos:
+        if info.type != pafs.FileType.File or not info.base_name.endswith(_SUFFIX) or info.base_name.startswith("."):
+            continue
+        mtime = _utc(info.mtime) if info.mtime is not None else dt.datetime.now(dt.UTC)
+        try:
+            with fs.open_input_stream(info.path) as stream:
+                raw = stream.read()
+        except FileNotFoundError:
+            continue  # the write ended while we listed
+        out.append(_parse(join_uri(join_uri(root, LEASE_DIR), info.base_name), raw, mtime))
+    return out
+
+
+def protected_since(leases: list[Lease], now: dt.datetime) -> dt.datetime | None:
+    """The earliest start of a live lease: vacuum keeps every file and dataset version from then on."""
+    starts = [lease.start for lease in leases if lease.live(now)]
+    return min(starts) if starts else None
