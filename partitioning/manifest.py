@@ -26,6 +26,7 @@ from partitioning.errors import (
     NamespaceAlreadyExists,
     NamespaceNotFound,
     PartitioningError,
+    first_line,
     translate_lance_errors,
 )
 
@@ -95,7 +96,7 @@ def location_problem(object_id: Any, location: Any) -> str | None:
         return "the row has no object id"
     if not isinstance(location, str):
         return "the row has no location"
-    if _SAFE_RE.fullmatch(location) is None:
+    if _SAFE_RE.fullmatch(location) is None or len(location) > MAX_SEGMENT_BYTES:
         problem = _segment_problem(location)
         if problem is not None:
             return problem
@@ -205,27 +206,57 @@ class ManifestStore:
 
     def dataset(self, version: int | None = None) -> lance.LanceDataset:
         """``__manifest``, at ``version`` or the latest; a version it does not have is one
-        line naming the versions it has (``InvalidInput``), a missing root NamespaceNotFound."""
+        line naming the versions it has (``InvalidInput``), a missing root NamespaceNotFound,
+        an unreadable version CorruptNamespace naming it and an older one to read."""
         if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
             raise InvalidInput(f"__manifest version must be a positive integer, got {version!r}")
         with translate_lance_errors(f"open {self.uri}"):
+            if version is None:
+                return self._latest()
             try:
-                latest = lance.dataset(self.uri, storage_options=self.storage_options)
-            except ValueError as exc:
-                if "not found" in str(exc).lower():
-                    raise NamespaceNotFound(f"no namespace at {self.root}: {self.uri} does not exist") from exc
-                raise
-            if version is None or version == latest.version:
-                return latest
-            try:
-                return latest.checkout_version(version)
+                # opened directly, so an older version stays readable when the latest is damaged
+                return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
             except (ValueError, OSError) as exc:
+                if "not found" not in str(exc).lower():
+                    raise CorruptNamespace(
+                        f"{self.root}: __manifest version {version} cannot be read ({first_line(exc)}); "
+                        "read another version (manifest_version= / versionAsOf)"
+                    ) from exc
+                latest = self._latest()
                 versions = [v["version"] for v in latest.versions()] or [latest.version]
                 vacuumed = f" (versions before {min(versions)} were vacuumed)" if min(versions) > 1 else ""
                 raise InvalidInput(
                     f"{self.root} has no __manifest version {version}; it has versions "
                     f"{min(versions)}..{max(versions)}{vacuumed}"
                 ) from exc
+
+    def _latest(self) -> lance.LanceDataset:
+        try:
+            return lance.dataset(self.uri, storage_options=self.storage_options)
+        except ValueError as exc:
+            if "not found" in str(exc).lower():
+                raise NamespaceNotFound(f"no namespace at {self.root}: {self.uri} does not exist") from exc
+            newest = self._newest_version()
+            which = f"version {newest}" if newest is not None else "its latest version"
+            older = f"manifest_version={newest - 1}" if newest is not None and newest > 1 else "manifest_version=<N>"
+            raise CorruptNamespace(
+                f"{self.root}: __manifest {which} cannot be read ({first_line(exc)}); read an older version with "
+                f"PartitionedNamespace.load(root, {older}) or the reader option versionAsOf, and restore from it"
+            ) from exc
+
+    def _newest_version(self) -> int | None:
+        """The highest version under ``__manifest/_versions`` (lance's V2 file names hold u64::MAX - version)."""
+        try:
+            fs, path = pafs.FileSystem.from_uri(self.uri if "://" in self.uri else os.path.abspath(self.uri))
+            infos = fs.get_file_info(pafs.FileSelector(f"{path}/_versions"))
+        except (OSError, ValueError, pa.ArrowException):
+            return None
+        numbers = []
+        for info in infos:
+            stem, _, ext = info.base_name.partition(".")
+            if ext == "manifest" and stem.isdigit():
+                numbers.append(2**64 - 1 - int(stem) if len(stem) == 20 else int(stem))
+        return max(numbers, default=None)
 
     def create(self, rows: pa.Table, metadata: Mapping[str, str]) -> lance.LanceDataset:
         """Create ``__manifest`` with its first rows, then store the root properties."""

@@ -748,13 +748,30 @@ def open_partition_table(
         ref = f" on branch {read_branch!r} at version {read_version}"
     else:
         ref = f" at version {read_version}" if read_version is not None else ""
-    with translate_lance_errors(f"open partition table {uri}{ref}"):
-        if read_tag is not None:
-            return lance.dataset(uri, version=read_tag, storage_options=opts)
-        if read_branch is not None:
-            # pylance 14 opens branches only by checking one out from the main dataset
-            return lance.dataset(uri, storage_options=opts).checkout_version((read_branch, read_version))
-        return lance.dataset(uri, version=read_version, storage_options=opts)
+    try:
+        with translate_lance_errors(f"open partition table {uri}{ref}"):
+            if read_tag is not None:
+                return lance.dataset(uri, version=read_tag, storage_options=opts)
+            if read_branch is not None:
+                # pylance 14 opens branches only by checking one out from the main dataset
+                return lance.dataset(uri, storage_options=opts).checkout_version((read_branch, read_version))
+            return lance.dataset(uri, version=read_version, storage_options=opts)
+    except NamespaceNotFound as exc:
+        if read_tag is None and read_version is None:
+            raise
+        try:
+            with translate_lance_errors(f"open partition table {uri}"):
+                versions = [v["version"] for v in lance.dataset(uri, storage_options=opts).versions()]
+        except NamespaceNotFound:
+            raise exc from None
+        has = f"it has versions {min(versions)}..{max(versions)}" if versions else "it has no readable version"
+        on = f" on branch {read_branch!r}" if read_branch is not None else ""
+        wanted = f"tag {read_tag!r}" if read_tag is not None else f"version {read_version}{on}"
+        raise CorruptNamespace(
+            f"partition table {uri} has no {wanted} ({has}): its __manifest row points to a "
+            "version that was removed (by vacuum or by hand); read an older __manifest version (versionAsOf / "
+            "manifest_version=) or restore the table's version"
+        ) from exc
 
 
 def _show(value: Any) -> str:
@@ -789,7 +806,13 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
         )
     if SCHEMA_KEY not in metadata:
         raise CorruptNamespace(f"{root}: __manifest has partition specs but no 'schema' property")
-    schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
+    try:
+        schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
+    except (CorruptNamespace, ValueError) as exc:
+        raise CorruptNamespace(
+            f"{root}: property 'schema' of __manifest version {ds.version} is corrupt: {exc}; load an older "
+            "__manifest version (manifest_version= / versionAsOf) or rewrite the property"
+        ) from exc
     specs = {}
     for spec_id, key in sorted(spec_keys.items()):
         try:
@@ -800,6 +823,14 @@ def _read_state(ds: lance.LanceDataset, root: str) -> _State:
             raise CorruptNamespace(f"{root}: property {key} holds a spec with id {spec.spec_id}")
         specs[spec_id] = spec
     _check_sources(root, schema, specs)
+    for spec_id, spec in specs.items():
+        try:
+            spec.check_expressions(schema)
+        except SpecError as exc:
+            raise CorruptNamespace(
+                f"{root}: property {spec_keys[spec_id]} of __manifest version {ds.version} holds a spec this "
+                f"client will not evaluate: {exc}"
+            ) from exc
     expected = ["read_version", *(partition_column(f.field_id) for spec in specs.values() for f in spec.fields)]
     missing = [c for c in expected if c not in ds.schema.names]
     if missing:

@@ -206,6 +206,19 @@ def field_from_json(d: Mapping[str, Any]) -> pa.Field:
     return pa.field(d["name"], arrow_type, nullable=bool(d.get("nullable", True)), metadata=meta or None)
 
 
+def _validation_line(exc: Any) -> str:
+    """One line for a pydantic ValidationError: where in the JSON, and what is wrong there."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    err = errors[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or str(getattr(exc, "title", "value"))
+    shown = repr(err.get("input"))
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {err.get('msg')}, got {shown}{more}"
+
+
 def _walk(fields: list[pa.Field]) -> Iterator[pa.Field]:
     for f in fields:
         yield f
@@ -293,22 +306,29 @@ class NamespaceSchema:
     @classmethod
     def from_json(cls, text: str | Mapping[str, Any]) -> NamespaceSchema:
         """Parse JsonArrowSchema text (as stored under the ``schema`` key)."""
+        from lance_namespace_urllib3_client.models import JsonArrowSchema
+        from pydantic import ValidationError
+
         try:
             d = json.loads(text) if isinstance(text, str) else dict(text)
-            from lance_namespace_urllib3_client.models import JsonArrowSchema
-
             JsonArrowSchema.from_dict(d)  # shape check against the client spec model
             fields = [field_from_json(f) for f in d["fields"]]
+            meta = d.get("metadata") or {}
+            next_id = int(meta.get(NEXT_FIELD_ID_KEY, 0))
         except SchemaError:
             raise
-        except (ValueError, KeyError, TypeError) as exc:
+        except ValidationError as exc:
+            raise CorruptNamespace(f"namespace schema JSON is invalid: {_validation_line(exc)}") from exc
+        except KeyError as exc:
+            raise CorruptNamespace(f"namespace schema JSON is invalid: a field lacks the key {exc}") from exc
+        except RecursionError as exc:
+            raise CorruptNamespace("namespace schema JSON is invalid: it nests too deeply") from exc
+        except (ValueError, TypeError, AttributeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CorruptNamespace(f"namespace schema JSON is invalid: {first}") from exc
-        meta = d.get("metadata") or {}
         missing = [f.name for f in _walk(fields) if field_id_of(f) is None]
         if missing:
             raise CorruptNamespace(f"namespace schema field {missing[0]!r} has no {FIELD_ID_KEY}")
-        next_id = int(meta.get(NEXT_FIELD_ID_KEY, 0))
         return cls.from_arrow(pa.schema(fields), next_field_id=next_id)
 
     # -- lookups ----------------------------------------------------------------------

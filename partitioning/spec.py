@@ -18,7 +18,7 @@ from lance_namespace_urllib3_client.models import PartitionSpec as _ClientSpec
 from pydantic import ValidationError
 
 from partitioning.errors import SpecError
-from partitioning.expression import evaluate_expression, validate_expression
+from partitioning.expression import check_expression, evaluate_expression, validate_expression
 from partitioning.schema import NamespaceSchema, field_id_of, type_from_json, type_to_json
 from partitioning.transforms import (
     IdentityTransform,
@@ -192,6 +192,17 @@ class PartitionField:
             except SpecError as exc:
                 raise SpecError(f"partition field {self.field_id!r}: {exc}") from exc
 
+    def check_expression(self, schema: NamespaceSchema) -> None:
+        """For an expression field, refuse one that is not a pure, bounded scalar function
+        (without evaluating it); a source dropped from ``schema`` is typed NULL, as in :meth:`apply`."""
+        if self.expression is None:
+            return
+        types = [f.type if f is not None else pa.null() for f in self.source_fields(schema)]
+        try:
+            check_expression(self.expression, types)
+        except SpecError as exc:
+            raise SpecError(f"partition field {self.field_id!r}: {exc}") from exc
+
     def apply(
         self,
         columns: Sequence[pa.Array | pa.ChunkedArray | None],
@@ -214,6 +225,10 @@ class PartitionField:
             return self.transform.apply(*present).cast(result_type)
         assert self.expression is not None
         arrays = [c if c is not None else pa.nulls(length) for c in columns]
+        try:
+            check_expression(self.expression, [a.type for a in arrays])
+        except SpecError as exc:
+            raise SpecError(f"partition field {self.field_id!r}: {exc}") from exc
         try:
             return evaluate_expression(self.expression, arrays, result_type)
         except SpecError:
@@ -307,6 +322,11 @@ class PartitionSpec:
     def validate(self, schema: NamespaceSchema) -> None:
         for f in self.fields:
             f.validate(schema)
+
+    def check_expressions(self, schema: NamespaceSchema) -> None:
+        """:meth:`PartitionField.check_expression` for every field (used when a spec is loaded)."""
+        for f in self.fields:
+            f.check_expression(schema)
 
     def with_id(self, spec_id: int) -> PartitionSpec:
         return PartitionSpec(spec_id, self.fields)
