@@ -8,7 +8,8 @@ Run under spark-submit, e.g.::
 
 Removes files of failed writes, dropped partition tables, and dataset and ``__manifest``
 versions older than what a reader within ``--retain-hours`` may use. ``--dry-run``
-lists them instead. Under one hour needs ``--allow-short-retention``. Bad input
+lists them instead. Under 24 hours needs ``--allow-short-retention``; a write in
+progress (its lease under ``<root>/_writes``) keeps its files whatever the retention. Bad input
 prints one ``error:`` line and exits with status 2.
 """
 
@@ -27,7 +28,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--root", required=True, help="namespace root (path or URI)")
     parser.add_argument("--retain-hours", type=float, default=168.0, help="retention period (default 7 days)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-    parser.add_argument("--allow-short-retention", action="store_true", help="allow --retain-hours under 1")
+    parser.add_argument("--allow-short-retention", action="store_true", help="allow --retain-hours under 24")
     return parser.parse_args(argv)
 
 

@@ -39,8 +39,12 @@ __all__ = [
     "LEASE_DIR",
     "LEASE_TTL",
     "Lease",
+    "LeaseRef",
+    "keep_alive",
     "list_leases",
     "protected_since",
+    "release_lease",
+    "take_lease",
     "write_lease",
 ]
 
@@ -84,14 +88,15 @@ def _write_json(fs: pafs.FileSystem, path: str, body: Mapping[str, object]) -> N
 class _Heartbeat:
     """The lease file of one write and the thread that keeps it fresh."""
 
-    def __init__(self, root: str, write_id: str | None, interval: dt.timedelta) -> None:
-        self.uri = join_uri(join_uri(root, LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
+    def __init__(self, root: str, write_id: str | None, interval: dt.timedelta, ref: LeaseRef | None = None) -> None:
+        self.uri = ref.uri if ref else join_uri(join_uri(root, LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
         self.fs, self.path = filesystem_of(self.uri)
-        self.write_id = write_id
+        self.write_id = ref.write_id if ref else write_id
         self.interval = interval
-        self.started = dt.datetime.now(dt.UTC)
-        self.stored: dt.datetime | None = None
+        self.started = ref.started if ref else dt.datetime.now(dt.UTC)
+        self.stored: dt.datetime | None = ref.stored if ref else None
         self._stop = threading.Event()
+        self._create = True
         self._thread = threading.Thread(target=self._run, name="lance_partitioned-lease", daemon=True)
 
     def _body(self) -> dict[str, object]:
@@ -107,26 +112,46 @@ class _Heartbeat:
     def beat(self) -> None:
         _write_json(self.fs, self.path, self._body())
 
-    def start(self) -> None:
+    def store(self) -> None:
         self.fs.create_dir(self.path.rsplit("/", 1)[0])
         self.beat()
         mtime = self.fs.get_file_info(self.path).mtime
         if mtime is not None:
             self.stored = _utc(mtime)
             self.beat()
+
+    def start(self, *, create: bool = True) -> None:
+        self._create = create
+        if create:
+            self.store()
+        elif not self.refresh():
+            return
         self._thread.start()
+
+    def refresh(self) -> bool:
+        """Rewrite the heartbeat; a lease someone else stores (``create=False``) is only
+        refreshed while it exists, so a task outliving its aborted write cannot revive it."""
+        if not self._create and self.fs.get_file_info(self.path).type == pafs.FileType.NotFound:
+            return False
+        self.beat()
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval.total_seconds()):
             try:
-                self.beat()
+                if not self.refresh():
+                    return
             except (OSError, ValueError) as exc:
                 _log.warning("could not refresh the write lease %s: %s", self.uri, exc)
 
-    def stop(self) -> None:
+    def stop(self, *, remove: bool = True) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if remove:
+            self.remove()
+
+    def remove(self) -> None:
         try:
             self.fs.delete_file(self.path)
         except FileNotFoundError:
@@ -150,17 +175,68 @@ def write_lease(
     the write goes on with a warning and yields None: its commit still verifies its files.
     """
     del storage_options  # the lease is written with the root's Arrow filesystem, as vacuum lists it
-    beat = _Heartbeat(root, write_id, interval)
+    beat: _Heartbeat | None = None
     try:
+        beat = _Heartbeat(root, write_id, interval)
         beat.start()
     except (OSError, ValueError) as exc:
         _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
+        beat = None
+    if beat is None:
         yield None
         return
     try:
         yield beat.uri
     finally:
         beat.stop()
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    """A stored lease, picklable: what a Spark data source writer hands its tasks, whose
+    processes come and go, where :func:`write_lease` keeps one thread for the whole write."""
+
+    uri: str
+    started: dt.datetime
+    stored: dt.datetime | None
+    write_id: str | None
+
+
+def take_lease(root: str, *, write_id: str | None = None) -> LeaseRef | None:
+    """Store a lease with no thread to refresh it: :func:`keep_alive` refreshes it while
+    each task writes, :func:`release_lease` ends it. None (with a warning) if it cannot be stored."""
+    try:
+        beat = _Heartbeat(root, write_id, HEARTBEAT_INTERVAL)
+        beat.store()
+    except (OSError, ValueError) as exc:
+        _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
+        return None
+    return LeaseRef(beat.uri, beat.started, beat.stored, beat.write_id)
+
+
+@contextmanager
+def keep_alive(ref: LeaseRef | None, interval: dt.timedelta = HEARTBEAT_INTERVAL) -> Iterator[None]:
+    """Refresh a stored lease while the block runs (one task's write); leaves it in place."""
+    if ref is None:
+        yield
+        return
+    beat = _Heartbeat("", ref.write_id, interval, ref)
+    try:
+        beat.start(create=False)
+    except (OSError, ValueError) as exc:
+        _log.warning("could not refresh the write lease %s: %s", ref.uri, exc)
+        yield
+        return
+    try:
+        yield
+    finally:
+        beat.stop(remove=False)
+
+
+def release_lease(ref: LeaseRef | None) -> None:
+    """Remove a stored lease (the write committed or failed)."""
+    if ref is not None:
+        _Heartbeat("", ref.write_id, HEARTBEAT_INTERVAL, ref).remove()
 
 
 def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:

@@ -30,9 +30,9 @@ from partitioning.errors import (
     translate_lance_errors,
 )
 from partitioning.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
-from partitioning.leases import list_leases, protected_since
+from partitioning.leases import list_leases, protected_since, write_lease
 from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri
-from partitioning.namespace import PartitionedNamespace, TableCommit
+from partitioning.namespace import PartitionedNamespace, TableCommit, open_partition_table
 from partitioning.orphans import (
     delete_files,
     find_orphans,
@@ -241,11 +241,13 @@ def compact_local(
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     time_zone: str = "UTC",
 ) -> MaintenanceReport:
-    """:func:`plan_compaction`, :func:`rewrite` and :func:`commit_compaction` in this process."""
+    """:func:`plan_compaction`, :func:`rewrite` and :func:`commit_compaction` in this process,
+    under a write lease (:mod:`partitioning.leases`) so vacuum keeps the new fragments."""
     tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment, time_zone=time_zone)
     if not tasks:
         return MaintenanceReport("compact", ns.root, ns.manifest_version)
-    return commit_compaction(ns, [rewrite(t) for t in tasks])
+    with write_lease(ns.root, ns.storage_options):
+        return commit_compaction(ns, [rewrite(t) for t in tasks])
 
 
 # -- drop partitions and delete rows -------------------------------------------------------------
@@ -435,6 +437,10 @@ def _table_dir(root: str, uri: str, item: str, limit: dt.datetime | None) -> tup
 
     Only Lance's files go, and only when every one is older than ``limit``.
     """
+    try:
+        contained(root, uri)
+    except PartitioningError:
+        return None, f"{uri}: outside the root (a link?), left in place"
     listed = table_files(uri)
     if listed is None:
         return None, None
@@ -606,8 +612,8 @@ def _namespace(root: str | PartitionedNamespace) -> PartitionedNamespace:
 
 
 def _open(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
-    with translate_lance_errors(f"open {uri}"):
-        return lance.dataset(uri, version=version, storage_options=dict(storage_options) if storage_options else None)
+    """The table at its recorded version; a version vacuum removed is one CorruptNamespace line."""
+    return open_partition_table(uri, version, None, None, storage_options)
 
 
 def _ranges(versions: Sequence[int]) -> str:

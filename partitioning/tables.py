@@ -26,6 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import lance
@@ -45,12 +46,14 @@ __all__ = [
     "align_schema",
     "as_latest",
     "carry_indexes",
+    "check_data_files",
     "check_namespace_root",
     "check_new_root",
     "commit_version",
     "dataset_columns",
     "is_aligned",
     "latest_keeping_indexes",
+    "missing_data_files",
     "reconcile",
     "renumber",
     "replace_fragments",
@@ -294,7 +297,9 @@ def rewrite_fragments(
     storage_options: Mapping[str, str] | None,
 ) -> int:
     """Replace fragments ``old`` of ``head`` (the latest version) by ``new`` holding the
-    same rows (compaction); conflicts with any commit made since ``head``."""
+    same rows (compaction); conflicts with any commit made since ``head``. Every data file
+    of ``new`` must exist (:func:`check_data_files`), or nothing is committed."""
+    check_data_files(uri, new, f"compact {uri}")
     with translate_lance_errors(f"commit {uri}"):
         ds = lance.LanceDataset.commit(
             uri,
@@ -306,6 +311,43 @@ def rewrite_fragments(
     return int(ds.version)
 
 
+PARALLEL_STATS = 16
+
+
+def missing_data_files(uri: str, fragments: Sequence[FragmentMetadata]) -> list[str]:
+    """The data files of ``fragments`` (in ``uri``/data) that do not exist, in order.
+
+    One stat (a HEAD on object stores) per file, up to :data:`PARALLEL_STATS` at a time.
+    """
+    paths = [f"{uri.rstrip('/')}/data/{d.path}" for fragment in fragments for d in fragment.files if d.base_id is None]
+    if not paths:
+        return []
+    fs, _ = filesystem_of(uri)
+
+    def gone(path: str) -> bool:
+        return bool(fs.get_file_info(filesystem_of(path)[1]).type == pafs.FileType.NotFound)
+
+    if len(paths) <= 4:
+        flags = [gone(p) for p in paths]
+    else:
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_STATS, len(paths))) as pool:
+            flags = list(pool.map(gone, paths))
+    return [p for p, missing in zip(paths, flags, strict=True) if missing]
+
+
+def check_data_files(uri: str, fragments: Sequence[FragmentMetadata], action: str) -> None:
+    """Refuse (:class:`ConcurrentModification`, one line naming the file) to commit fragments
+    whose data files are gone, e.g. deleted by a vacuum while the write ran."""
+    with translate_lance_errors(f"{action}: check the new data files"):
+        missing = missing_data_files(uri, fragments)
+    if missing:
+        raise ConcurrentModification(
+            f"{action}: data file {missing[0]} of a new fragment is missing"
+            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; it was deleted while the write ran "
+            "(a vacuum with a short retention?). Nothing was committed; run the write again"
+        )
+
+
 def commit_version(
     uri: str,
     schema: NamespaceSchema,
@@ -314,6 +356,7 @@ def commit_version(
     *,
     base: lance.LanceDataset | None = None,
     attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+    verify: bool = True,
 ) -> int:
     """Commit a version holding ``base``'s fragments (if any) plus the new ``fragments``.
 
@@ -322,7 +365,12 @@ def commit_version(
     concurrent writes, other Lance clients), so losing a race only means committing
     again; indexes other clients built after ``base`` are carried over when still valid
     (:func:`carry_indexes`). Returns the version.
+
+    First every data file of ``fragments`` must exist (:func:`check_data_files`; skipped
+    with ``verify=False`` by a caller that just checked them), or nothing is committed.
     """
+    if verify:
+        check_data_files(uri, fragments, f"commit {uri}")
     if base is None:
         return _overwrite(uri, schema.dataset_arrow, list(fragments), storage_options, attempts)
     kept = {f.fragment_id for f in base.get_fragments()}

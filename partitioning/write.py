@@ -19,7 +19,8 @@ import random
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -30,7 +31,8 @@ import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, PartitioningError, SchemaError
-from partitioning.manifest import join_uri
+from partitioning.leases import write_lease
+from partitioning.manifest import table_uri
 from partitioning.namespace import (
     LocationPlanner,
     PartitionedNamespace,
@@ -40,7 +42,14 @@ from partitioning.namespace import (
 )
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionField
-from partitioning.tables import DEFAULT_COMMIT_ATTEMPTS, check_namespace_root, commit_version, write_new_fragments
+from partitioning.tables import (
+    DEFAULT_COMMIT_ATTEMPTS,
+    PARALLEL_STATS,
+    check_namespace_root,
+    commit_version,
+    missing_data_files,
+    write_new_fragments,
+)
 from partitioning.transforms import canonical_float
 
 __all__ = [
@@ -191,7 +200,11 @@ class FragmentWriter:
             kwargs["max_bytes_per_file"] = self.max_bytes_per_file
         try:
             fragments = write_new_fragments(
-                data, join_uri(self.root, location), self.schema, storage_options=self.storage_options, **kwargs
+                data,
+                table_uri(self.root, object_id, location),
+                self.schema,
+                storage_options=self.storage_options,
+                **kwargs,
             )
         except PartitioningError as exc:
             raise type(exc)(f"partition {describe_key(self.part_fields, key)}: {exc}") from exc
@@ -289,13 +302,35 @@ def _relocate(
     Happens only when another writer created the same new partition concurrently; the
     data is re-written under the winner's location and the old files become orphans.
     """
-    source_uri = join_uri(ns.root, pending.location)
+    source_uri = table_uri(ns.root, pending.object_id, pending.location)
     commit_version(source_uri, schema, pending.fragments, ns.storage_options)
     data = lance.dataset(source_uri, storage_options=ns.storage_options).to_table()
     fragments = write_new_fragments(
-        data, join_uri(ns.root, target), schema, storage_options=ns.storage_options, max_rows_per_file=max_rows_per_file
+        data,
+        table_uri(ns.root, target_id, target),
+        schema,
+        storage_options=ns.storage_options,
+        max_rows_per_file=max_rows_per_file,
     )
     return _Pending(pending.key, target_id, target, fragments, pending.rows)
+
+
+def _check_files(root: str, pending: Iterable[_Pending], field_ids: Sequence[str]) -> None:
+    """Every new fragment's data files exist (one stat each, in parallel), or the write
+    fails naming the partition and the file, before anything is committed."""
+    entries = list(pending)
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_STATS, max(1, len(entries)))) as pool:
+        missing = list(
+            pool.map(lambda p: missing_data_files(table_uri(root, p.object_id, p.location), p.fragments), entries)
+        )
+    for entry, files in zip(entries, missing, strict=True):
+        if files:
+            where = describe_key([(fid, None) for fid in field_ids], entry.key)
+            raise ConcurrentModification(
+                f"write to {root}: partition {where}: data file {files[0]} is missing"
+                f"{f' (and {len(files) - 1} more)' if len(files) > 1 else ''}; it was deleted while the write ran "
+                "(a vacuum with a short retention?). Nothing was committed; run the write again"
+            )
 
 
 def commit_write(
@@ -314,6 +349,12 @@ def commit_write(
     ``schema`` is the namespace schema the fragments were written with (default: the
     current one). If the namespace schema changes while the write runs, the write
     fails with :class:`ConcurrentModification` and nothing of it becomes visible.
+
+    Before the dataset commits of each attempt, every new fragment's data files must
+    exist (one stat per file, in parallel); a missing one fails the write naming the
+    partition and the file, with nothing committed. The caller holds a write lease
+    (:func:`partitioning.leases.write_lease`) from before the fragments were written, so
+    that vacuum keeps them.
     """
     if mode not in ("append", "overwrite", "overwrite_partitions"):
         raise SchemaError(f"unknown write mode {mode!r}; allowed: append, overwrite, overwrite_partitions")
@@ -322,6 +363,7 @@ def commit_write(
     written = schema if schema is not None else ns.namespace_schema
     last_error: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
+        _check_files(ns.root, pending.values(), spec.field_ids)
         ns.refresh()
         skipped = already_committed(ns, mode, write_id)
         if skipped is not None:
@@ -343,7 +385,12 @@ def commit_write(
             base = ns.open_table(existing) if existing is not None and mode == "append" else None
             created += existing is None
             version = commit_version(
-                join_uri(ns.root, entry.location), written, entry.fragments, ns.storage_options, base=base
+                table_uri(ns.root, entry.object_id, entry.location),
+                written,
+                entry.fragments,
+                ns.storage_options,
+                base=base,
+                verify=False,
             )
             commits.append(TableCommit(spec.spec_id, values, entry.location, version, entry.object_id))
         try:
@@ -420,8 +467,14 @@ def write_table(
     write_id: str | None = None,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
     max_open_writers: int = 64,
+    before_commit: Callable[[pa.Table], None] | None = None,
 ) -> CommitResult:
-    """Write an Arrow table without Spark, through the same writer and commit protocol."""
+    """Write an Arrow table without Spark, through the same writer and commit protocol.
+
+    The write holds a lease (:func:`partitioning.leases.write_lease`) from before its
+    first fragment until its commit returns. ``before_commit`` is called with the commit
+    messages between the fragment writes and the commit (a hook for tests and tools).
+    """
     check_namespace_root(ns.root, ns.storage_options)
     ns.refresh()
     skipped = already_committed(ns, mode, write_id)
@@ -431,14 +484,17 @@ def write_table(
     schema = ns.namespace_schema
     keyed = add_partition_columns(conform_table(table, schema), spec.fields, schema)
     writer = FragmentWriter.for_namespace(ns, max_rows_per_file=max_rows_per_file, max_open_writers=max_open_writers)
-    batches = list(writer(keyed.to_batches()))
-    messages = pa.Table.from_batches(batches, schema=writer.output_schema)
-    return commit_write(
-        ns,
-        messages,
-        mode=mode,
-        spec_id=spec.spec_id,
-        schema=writer.schema,
-        write_id=write_id,
-        max_rows_per_file=max_rows_per_file,
-    )
+    with write_lease(ns.root, ns.storage_options, write_id=write_id):
+        batches = list(writer(keyed.to_batches()))
+        messages = pa.Table.from_batches(batches, schema=writer.output_schema)
+        if before_commit is not None:
+            before_commit(messages)
+        return commit_write(
+            ns,
+            messages,
+            mode=mode,
+            spec_id=spec.spec_id,
+            schema=writer.schema,
+            write_id=write_id,
+            max_rows_per_file=max_rows_per_file,
+        )

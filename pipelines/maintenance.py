@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.filters import Filter
+from partitioning.leases import write_lease
 from partitioning.maintenance import (
     DEFAULT_TARGET_ROWS,
     MaintenanceReport,
@@ -74,12 +75,13 @@ def compact(
     sc.setJobDescription(
         f"lance_partitioned: compact {len(tasks)} fragment bins ({root.rstrip('/').rsplit('/', 1)[-1]})"
     )
-    try:
-        with spark_errors(f"compact {root}"):
-            results = sc.parallelize(tasks, len(tasks)).map(rewrite).collect()
-    finally:
-        sc.setJobDescription(None)  # type: ignore[arg-type]
-    return commit_compaction(ns, results)
+    with write_lease(ns.root, ns.storage_options):
+        try:
+            with spark_errors(f"compact {root}"):
+                results = sc.parallelize(tasks, len(tasks)).map(rewrite).collect()
+        finally:
+            sc.setJobDescription(None)  # type: ignore[arg-type]
+        return commit_compaction(ns, results)
 
 
 def delete_rows(

@@ -49,6 +49,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, PartitioningError, SpecError
+from partitioning.leases import keep_alive, release_lease, take_lease
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.spec import parse_partition_by
@@ -186,6 +187,8 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             self.fragment_writer = FragmentWriter.for_namespace(
                 ns, max_rows_per_file=self.max_rows_per_file, max_bytes_per_file=max_bytes, max_open_writers=max_open
             )
+            # tasks refresh it while they write; commit and abort remove it (a crashed job's lapses)
+            self.lease = take_lease(ns.root, write_id=self.write_id)
 
     @staticmethod
     def _namespace(root: str, opts: Mapping[str, str], schema: StructType) -> PartitionedNamespace:
@@ -220,7 +223,8 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                     table = conform_table(pa.Table.from_batches([batch]), self.schema)
                     yield from add_partition_columns(table, self.fields, self.schema).to_batches()
 
-            batches = list(self.fragment_writer(keyed()))
+            with keep_alive(self.lease):
+                batches = list(self.fragment_writer(keyed()))
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, self.fragment_writer.output_schema) as out:
                 for b in batches:
@@ -243,6 +247,12 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         return "overwrite_partitions" if seen == {"dynamic"} else "overwrite"
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        try:
+            self._commit(messages)
+        finally:
+            release_lease(self.lease)
+
+    def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with _reported(f"commit the write to {self.root}"):
             ours = [m for m in messages if isinstance(m, _Messages)]
             tables = [pa.ipc.open_stream(m.ipc).read_all() for m in ours]
@@ -259,4 +269,6 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: uncommitted fragments are invisible; ``ns.orphans()`` lists them."""
+        """Nothing to undo: uncommitted fragments are invisible; ``ns.orphans()`` lists them
+        and :func:`partitioning.maintenance.vacuum` deletes them once the lease is gone."""
+        release_lease(self.lease)

@@ -22,6 +22,7 @@ from partitioning.errors import (
     SchemaError,
     SpecError,
 )
+from partitioning.leases import write_lease
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.schema import NamespaceSchema
@@ -197,7 +198,9 @@ def write_partitioned(
     ``cluster`` repartitions and sorts by partition first, so each task holds one
     partition in memory at a time; without it each task keeps at most
     ``max_open_writers`` partition buffers. A retried job with the same ``write_id``
-    never adds its data twice.
+    never adds its data twice. The driver holds a write lease under ``root`` (refreshed
+    by a background thread) from before the tasks run until the commit returns, so a
+    concurrent vacuum keeps the fragments (:mod:`partitioning.leases`).
     """
     if mode not in WRITE_MODES:
         raise SpecError(f"unknown mode {mode!r}; allowed: {', '.join(WRITE_MODES)}")
@@ -230,15 +233,16 @@ def write_partitioned(
         return writer(batches)
 
     label = root.rstrip("/").rsplit("/", 1)[-1]
-    with _spark_errors(root), _job(df, f"lance_partitioned: write fragments ({label})"):
-        messages = keyed.mapInArrow(write_fragments, from_arrow_schema(writer.output_schema)).toArrow()
-    with _job(df, f"lance_partitioned: commit ({label})"):
-        return commit_write(
-            ns,
-            messages,
-            mode=effective,  # type: ignore[arg-type]
-            spec_id=current.spec_id,
-            schema=writer.schema,
-            write_id=write_id,
-            max_rows_per_file=max_rows_per_file,
-        )
+    with write_lease(ns.root, ns.storage_options, write_id=write_id):
+        with _spark_errors(root), _job(df, f"lance_partitioned: write fragments ({label})"):
+            messages = keyed.mapInArrow(write_fragments, from_arrow_schema(writer.output_schema)).toArrow()
+        with _job(df, f"lance_partitioned: commit ({label})"):
+            return commit_write(
+                ns,
+                messages,
+                mode=effective,  # type: ignore[arg-type]
+                spec_id=current.spec_id,
+                schema=writer.schema,
+                write_id=write_id,
+                max_rows_per_file=max_rows_per_file,
+            )

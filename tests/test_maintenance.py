@@ -7,6 +7,7 @@ operation), never computed by the code under test.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import os
 import time
 from pathlib import Path
@@ -384,13 +385,17 @@ def test_drop_partitions_drops_the_null_partition_only_with_is_null(eight_rows):
 
 # -- vacuum ---------------------------------------------------------------------------------------
 def test_vacuum_refuses_short_retention_without_the_flag(eight_rows):
-    """Under one hour of retention needs allow_short_retention; it is InvalidInput (ValueError)."""
-    for retain in (dt.timedelta(0), dt.timedelta(minutes=59)):
+    """Under 24 hours of retention needs allow_short_retention (as Iceberg's orphan-file removal);
+    it is InvalidInput (ValueError); the default is 7 days."""
+    for retain in (dt.timedelta(0), dt.timedelta(hours=1), dt.timedelta(hours=23, minutes=59)):
         with pytest.raises(ValueError, match="allow_short_retention"):
             vacuum(eight_rows, retain)
+    with pytest.raises(ValueError, match="negative"):
+        vacuum(eight_rows, dt.timedelta(hours=-1), allow_short_retention=True)
     files = _files(eight_rows)
-    report = vacuum(eight_rows, dt.timedelta(hours=1))
-    assert report.deleted == ()
+    assert vacuum(eight_rows, dt.timedelta(hours=24)).deleted == ()
+    assert vacuum(eight_rows).deleted == ()
+    assert inspect.signature(vacuum).parameters["retain"].default == dt.timedelta(days=7)
     assert _files(eight_rows) == files
 
 
