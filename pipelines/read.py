@@ -100,8 +100,13 @@ def read_partitioned(
         if c not in names:
             raise SchemaError(f"unknown column {c!r} in columns; columns are: {', '.join(names)}")
     reader = spark.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
+    parsed = parse_filter(filter, dialect, strict=False) if filter is not None and filter.strip() else None
+    if parsed is not None:
+        bind(parsed, ns.schema, dialect)  # unknown columns: one line
+    # planned here too, so a damaged __manifest row the scan needs is one line now, not a
+    # Spark planning error at the first action (the data source plans again per scan)
+    ns.plan_scan(parsed, dialect=dialect)
     if filter is not None and filter.strip():
-        bind(parse_filter(filter, dialect, strict=False), ns.schema, dialect)  # unknown columns: one line
         reader = reader.option("prune_filter", filter)
         for key, value in dialect_options(dialect).items():
             reader = reader.option(key, value)

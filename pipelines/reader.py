@@ -214,6 +214,13 @@ class LancePartitionedReader(DataSourceReader):
         return ns
 
     def partitions(self) -> list[InputPartition]:
+        try:
+            return self._partitions()
+        except PartitioningError:
+            hide_worker_traceback()  # our one line, not the planner worker's traceback
+            raise
+
+    def _partitions(self) -> list[InputPartition]:
         plan = self._namespace().plan_scan(self.scan_filter)
         log.info(plan.summary)
         tasks = list(plan)
