@@ -112,7 +112,10 @@ class _Arrow:
             return _FALSE
         if pa.types.is_floating(t):
             numbers = [float(v) for v in present]
-            found = pc.is_in(col, value_set=pa.array([v for v in numbers if not math.isnan(v)], pa.float64()))
+            wanted = [v for v in numbers if not math.isnan(v)]
+            if 0.0 in wanted:  # Arrow's is_in tells -0.0 from 0.0 by bits; Spark does not
+                wanted += [0.0, -0.0]
+            found = pc.is_in(col, value_set=pa.array(wanted, pa.float64()))
             return found | pc.is_nan(col) if any(math.isnan(v) for v in numbers) else found
         return pc.is_in(col, value_set=pa.array(present, type=t))
 
