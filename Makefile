@@ -1,9 +1,12 @@
 # A fresh clone needs only `make run` and `make test`; both set up .venv when it is missing.
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SPARK_SUBMIT := $(VENV)/bin/spark-submit
+# JDK 17 prints this for Spark's --add-modules=jdk.incubator.vector and has no flag to stop it
+QUIET_JVM := 2> >(grep -v --line-buffered '^WARNING: Using incubator modules: jdk.incubator.vector$$' >&2)
 SUBMIT := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
 	--master local[2] --properties-file spark-conf/spark-defaults.conf
 
@@ -26,9 +29,10 @@ java:
 	@java -version 2>&1 | head -1
 
 run: $(STAMP)
-	$(SUBMIT) jobs/demo.py --root warehouse/events
+	$(SUBMIT) jobs/demo.py --root warehouse/events $(QUIET_JVM)
 	$(SUBMIT) jobs/query.py --root warehouse/events --columns event_id ts country amount --show 5 \
-		--filter "country = 'US' AND ts >= TIMESTAMP '2025-12-11T00:00:00Z' AND ts < TIMESTAMP '2025-12-12T00:00:00Z'"
+		--filter "country = 'US' AND ts >= TIMESTAMP '2025-12-11T00:00:00Z' AND ts < TIMESTAMP '2025-12-12T00:00:00Z'" \
+		$(QUIET_JVM)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -1,18 +1,36 @@
-"""What every job shares: bad input and failures end as one ``error:`` line and exit status 2."""
+"""What every job shares: bad input and failures end as one ``error:`` line and exit status 2.
+
+Nothing here imports PySpark: a job that needs no Spark (``evolve``, ``vacuum``, and
+``delete`` without a running session) starts no JVM.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable
-
-from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame
+from typing import TYPE_CHECKING
 
 from partitioning import PartitioningError
-from pipelines.spark_errors import spark_error_line
+from partitioning.storage import StorageOptions, parse_storage_option_args
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 EXIT_BAD_INPUT = 2
+
+
+def _spark_error_line(exc: BaseException) -> str | None:
+    """Spark's one line for ``exc`` if it is a Spark error (PySpark is only loaded if already in use)."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark.errors import PySparkException
+
+    if not isinstance(exc, PySparkException):
+        return None
+    from pipelines.spark_errors import spark_error_line
+
+    return spark_error_line(exc)
 
 
 def run(body: Callable[[], None]) -> int:
@@ -22,10 +40,37 @@ def run(body: Callable[[], None]) -> int:
     except PartitioningError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except PySparkException as exc:  # a task's error, or e.g. an input path that does not exist
-        print(f"error: {spark_error_line(exc)}", file=sys.stderr)
+    except Exception as exc:  # a task's error, or e.g. an input path that does not exist
+        line = _spark_error_line(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
+
+
+def running_session() -> SparkSession | None:
+    """The Spark session this process already runs (classic or Connect), else None; never starts one."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pipelines.session import active_session
+
+    return active_session()
+
+
+def add_storage_option_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Lance storage option for an object store, e.g. aws_region=eu-west-1 (repeatable)",
+    )
+
+
+def storage_options(args: argparse.Namespace) -> StorageOptions | None:
+    """The job's ``--storage-option KEY=VALUE`` arguments; a malformed one is an ``InvalidInput`` line."""
+    return parse_storage_option_args(args.storage_option)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:

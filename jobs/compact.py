@@ -6,6 +6,9 @@ Run under spark-submit, e.g.::
         --properties-file spark-conf/spark-defaults.conf jobs/compact.py \\
         --root warehouse/events --filter "country = 'US'" --target-rows-per-fragment 1048576
 
+On an object store, pass Lance's storage options, e.g. ``--root s3://bucket/events
+--storage-option aws_region=eu-west-1`` (repeatable).
+
 Only the partitions the filter selects are compacted (all without one). Everything is
 committed in ONE ``__manifest`` commit; readers of older versions keep the old files
 until ``jobs/vacuum.py``. Bad input prints one ``error:`` line and exits with status 2.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import run
+from jobs._cli import add_storage_option_argument, run, storage_options
 from pipelines.maintenance import compact
 from pipelines.session import build_session
 
@@ -26,15 +29,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--root", required=True, help="namespace root (path or URI)")
     parser.add_argument("--filter", help="SQL filter selecting the partitions to compact")
     parser.add_argument("--target-rows-per-fragment", type=int, default=1_048_576)
+    add_storage_option_argument(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = build_session("lance_partitioned: compact")
 
     def body() -> None:
-        report = compact(args.root, args.filter, target_rows_per_fragment=args.target_rows_per_fragment, spark=spark)
+        options = storage_options(args)
+        spark = build_session("lance_partitioned: compact")
+        report = compact(
+            args.root,
+            args.filter,
+            target_rows_per_fragment=args.target_rows_per_fragment,
+            spark=spark,
+            storage_options=options,
+        )
         print(report.summary())
 
     return run(body)

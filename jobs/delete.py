@@ -10,6 +10,13 @@ Run under spark-submit, e.g.::
 identity partition columns (e.g. ``--filter "country = 'US'"``). Either way ONE
 ``__manifest`` commit makes the change. Bad input prints one ``error:`` line and exits
 with status 2.
+
+The job starts no Spark session: the filter is DataFusion SQL, applied in this process
+(``python jobs/delete.py ...`` works without Spark). Called in a process that already
+runs a session (classic or Spark Connect), it uses that session and Spark SQL instead.
+
+An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage options as
+``--storage-option KEY=VALUE`` (repeatable, e.g. ``--storage-option aws_region=eu-west-1``).
 """
 
 from __future__ import annotations
@@ -17,8 +24,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import run
-from pipelines.maintenance import delete_rows, drop_partitions
+from jobs._cli import add_storage_option_argument, run, running_session, storage_options
+from partitioning import maintenance
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -26,6 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--root", required=True, help="namespace root (path or URI)")
     parser.add_argument("--filter", required=True, help="SQL filter of the rows (or partitions) to delete")
     parser.add_argument("--drop-partitions", action="store_true", help="drop whole partition tables")
+    add_storage_option_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -33,8 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
 
     def body() -> None:
+        options = storage_options(args)
+        spark = running_session()
+        if spark is None:
+            local = maintenance.drop_partitions if args.drop_partitions else maintenance.delete_rows
+            print(local(args.root, args.filter, storage_options=options).summary())
+            return
+        from pipelines.maintenance import delete_rows, drop_partitions
+
         operation = drop_partitions if args.drop_partitions else delete_rows
-        print(operation(args.root, args.filter).summary())
+        print(operation(args.root, args.filter, spark=spark, storage_options=options).summary())
 
     return run(body)
 

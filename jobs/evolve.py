@@ -18,6 +18,9 @@ Subcommands::
 
 Only ``__manifest`` changes; partition datasets are not rewritten. Prints the new spec
 or schema. A bad request prints one ``error:`` line and exits with status 2.
+
+An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage options as
+``--storage-option KEY=VALUE`` (repeatable, e.g. ``--storage-option aws_region=eu-west-1``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import run
+from jobs._cli import add_storage_option_argument, run, storage_options
 from partitioning import PartitionedNamespace, SpecError
 from partitioning.schema import NamespaceSchema, field_id_of, parse_type
 
@@ -39,6 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--root", required=True, help="namespace root (path or URI)")
+        add_storage_option_argument(p)
         return p
 
     command("add-partition-field", "add partition fields").add_argument("fields", nargs="+", metavar="EXPR")
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
 
     def body() -> None:
-        print(evolve(PartitionedNamespace.load(args.root), args))
+        print(evolve(PartitionedNamespace.load(args.root, storage_options(args)), args))
 
     return run(body)
 

@@ -10,6 +10,9 @@ Run under spark-submit, e.g.::
 ``--partition-by`` is needed only when the namespace does not exist yet. Prints one
 summary line (rows, partitions touched, manifest version, seconds); on bad input it
 prints one ``error:`` line and exits with status 2.
+
+An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage options as
+``--storage-option KEY=VALUE`` (repeatable, e.g. ``--storage-option aws_region=eu-west-1``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import argparse
 import sys
 import time
 
-from jobs._cli import EXIT_BAD_INPUT, run
+from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, run, storage_options
 from partitioning.write import WRITE_MODES
 from pipelines.session import build_session
 from pipelines.write import write_partitioned
@@ -38,6 +41,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--read-option", action="append", default=[], metavar="KEY=VALUE", help="Spark reader option (repeatable)"
     )
+    add_storage_option_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -50,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --read-option {item!r} is not KEY=VALUE", file=sys.stderr)
             return EXIT_BAD_INPUT
         options[key] = value
-    spark = build_session("lance_partitioned: ingest")
 
     def body() -> None:
+        storage = storage_options(args)
+        spark = build_session("lance_partitioned: ingest")
         started = time.perf_counter()
         reader = spark.read.format(args.format).options(**options)
         if args.schema:
@@ -66,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             write_id=args.write_id,
             max_rows_per_file=args.max_rows_per_file,
             cluster=not args.no_cluster,
+            storage_options=storage,
         )
         seconds = time.perf_counter() - started
         if result.skipped:

@@ -16,6 +16,9 @@ The columns are Spark's ``left.join(right, on=[...])``: a non-key column name on
 sides appears twice. Parquet cannot hold two columns of one name, so such a join
 written as parquet is refused, before anything is written, unless ``--suffixes LEFT
 RIGHT`` (e.g. ``--suffixes _left _right``) renames both copies.
+
+An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage options as
+``--storage-option KEY=VALUE`` (repeatable, e.g. ``--storage-option aws_region=eu-west-1``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 
 from pyspark.sql import DataFrame
 
-from jobs._cli import add_output_arguments, run, write_or_show
+from jobs._cli import add_output_arguments, add_storage_option_argument, run, storage_options, write_or_show
 from partitioning import InvalidInput
 from partitioning.join_plan import duplicate_names
 from pipelines.join import join_partitioned_with_plan
@@ -46,15 +49,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar=("LEFT", "RIGHT"),
         help="rename a non-key column on both sides to <name>LEFT and <name>RIGHT (default: keep both names)",
     )
+    add_storage_option_argument(parser)
     add_output_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = build_session("lance_partitioned: join")
 
     def body() -> None:
+        options = storage_options(args)
+        spark = build_session("lance_partitioned: join")
         df, plan = join_partitioned_with_plan(
             spark,
             args.left,
@@ -64,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             filter_left=args.filter_left,
             filter_right=args.filter_right,
             suffixes=args.suffixes,
+            storage_options=options,
         )
         if args.output and args.output_format == "parquet":
             check_parquet_names(df)

@@ -10,6 +10,9 @@ Run under spark-submit, e.g.::
 Prints the pruning summary ("scanning K of N partition tables ..."), then shows the
 first rows, or writes them with ``--output PATH --output-format parquet|csv``. Bad
 input prints one ``error:`` line and exits with status 2.
+
+An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage options as
+``--storage-option KEY=VALUE`` (repeatable, e.g. ``--storage-option aws_region=eu-west-1``).
 """
 
 from __future__ import annotations
@@ -17,9 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import add_output_arguments, run, write_or_show
-from partitioning import PartitionedNamespace
-from pipelines.read import read_partitioned, session_dialect
+from jobs._cli import add_output_arguments, add_storage_option_argument, run, storage_options, write_or_show
+from pipelines.read import read_partitioned_with_plan
 from pipelines.session import build_session
 
 
@@ -29,19 +31,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--filter", help="SQL filter, e.g. \"country = 'US' AND day(ts) ...\"")
     parser.add_argument("--columns", nargs="+", help="columns to return (default: all)")
     parser.add_argument("--version", type=int, help="read as of this __manifest version (time travel)")
+    add_storage_option_argument(parser)
     add_output_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = build_session("lance_partitioned: query")
 
     def body() -> None:
-        ns = PartitionedNamespace.load(args.root, manifest_version=args.version)
-        plan = ns.plan_scan(args.filter, dialect=session_dialect(spark))
+        options = storage_options(args)
+        spark = build_session("lance_partitioned: query")
+        df, plan = read_partitioned_with_plan(
+            spark, args.root, args.filter, args.columns, args.version, storage_options=options
+        )
         print(plan.summary)
-        df = read_partitioned(spark, args.root, filter=args.filter, columns=args.columns, manifest_version=args.version)
         write_or_show(df, args, "query")
 
     return run(body)

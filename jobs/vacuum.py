@@ -11,6 +11,9 @@ versions older than what a reader within ``--retain-hours`` may use. ``--dry-run
 lists them instead. Under 24 hours needs ``--allow-short-retention``; a write in
 progress (its lease under ``<root>/_writes``) keeps its files whatever the retention. Bad input
 prints one ``error:`` line and exits with status 2.
+
+An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage options as
+``--storage-option KEY=VALUE`` (repeatable, e.g. ``--storage-option aws_region=eu-west-1``).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import argparse
 import datetime as dt
 import sys
 
-from jobs._cli import run
-from pipelines.maintenance import vacuum
+from jobs._cli import add_storage_option_argument, run, storage_options
+from partitioning.maintenance import vacuum
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -29,6 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--retain-hours", type=float, default=168.0, help="retention period (default 7 days)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     parser.add_argument("--allow-short-retention", action="store_true", help="allow --retain-hours under 24")
+    add_storage_option_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -41,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             dt.timedelta(hours=args.retain_hours),
             dry_run=args.dry_run,
             allow_short_retention=args.allow_short_retention,
+            storage_options=storage_options(args),
         )
         for item in report.deleted:
             print(f"  {item}")

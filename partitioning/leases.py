@@ -29,10 +29,14 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import pyarrow.fs as pafs
 
 from partitioning.manifest import filesystem_of, join_uri
+from partitioning.storage import resolve_root
+
+Options: TypeAlias = Mapping[str, str] | None
 
 __all__ = [
     "HEARTBEAT_INTERVAL",
@@ -88,9 +92,19 @@ def _write_json(fs: pafs.FileSystem, path: str, body: Mapping[str, object]) -> N
 class _Heartbeat:
     """The lease file of one write and the thread that keeps it fresh."""
 
-    def __init__(self, root: str, write_id: str | None, interval: dt.timedelta, ref: LeaseRef | None = None) -> None:
-        self.uri = ref.uri if ref else join_uri(join_uri(root, LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
-        self.fs, self.path = filesystem_of(self.uri)
+    def __init__(
+        self,
+        root: str,
+        write_id: str | None,
+        interval: dt.timedelta,
+        ref: LeaseRef | None = None,
+        storage_options: Options = None,
+    ) -> None:
+        self.uri = (
+            ref.uri if ref else join_uri(join_uri(resolve_root(root), LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
+        )
+        self.storage_options = dict(ref.storage_options) if ref else dict(storage_options or {})
+        self.fs, self.path = filesystem_of(self.uri, self.storage_options)
         self.write_id = ref.write_id if ref else write_id
         self.interval = interval
         self.started = ref.started if ref else dt.datetime.now(dt.UTC)
@@ -174,10 +188,9 @@ def write_lease(
     returned or failed. If the lease cannot be stored (a read-only or unreachable store),
     the write goes on with a warning and yields None: its commit still verifies its files.
     """
-    del storage_options  # the lease is written with the root's Arrow filesystem, as vacuum lists it
     beat: _Heartbeat | None = None
     try:
-        beat = _Heartbeat(root, write_id, interval)
+        beat = _Heartbeat(root, write_id, interval, storage_options=storage_options)
         beat.start()
     except (OSError, ValueError) as exc:
         _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
@@ -200,18 +213,21 @@ class LeaseRef:
     started: dt.datetime
     stored: dt.datetime | None
     write_id: str | None
+    storage_options: tuple[tuple[str, str], ...] = ()
 
 
-def take_lease(root: str, *, write_id: str | None = None) -> LeaseRef | None:
+def take_lease(root: str, *, write_id: str | None = None, storage_options: Options = None) -> LeaseRef | None:
     """Store a lease with no thread to refresh it: :func:`keep_alive` refreshes it while
-    each task writes, :func:`release_lease` ends it. None (with a warning) if it cannot be stored."""
+    each task writes, :func:`release_lease` ends it. None (with a warning) if it cannot be stored.
+    The reference carries ``storage_options``, so tasks reach the lease on the same store."""
     try:
-        beat = _Heartbeat(root, write_id, HEARTBEAT_INTERVAL)
+        beat = _Heartbeat(root, write_id, HEARTBEAT_INTERVAL, storage_options=storage_options)
         beat.store()
     except (OSError, ValueError) as exc:
         _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
         return None
-    return LeaseRef(beat.uri, beat.started, beat.stored, beat.write_id)
+    options = tuple(sorted(beat.storage_options.items()))
+    return LeaseRef(beat.uri, beat.started, beat.stored, beat.write_id, options)
 
 
 @contextmanager
@@ -252,9 +268,10 @@ def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:
     return Lease(uri, min(started, stored), max(heartbeat, mtime), write_id if isinstance(write_id, str) else None)
 
 
-def list_leases(root: str) -> list[Lease]:
+def list_leases(root: str, storage_options: Options = None) -> list[Lease]:
     """Every lease under ``root``, live or expired (see :meth:`Lease.live`)."""
-    fs, path = filesystem_of(join_uri(root, LEASE_DIR))
+    root = resolve_root(root)
+    fs, path = filesystem_of(join_uri(root, LEASE_DIR), storage_options)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except FileNotFoundError:

@@ -7,6 +7,10 @@ keep seeing the old data (old dataset versions stay until :func:`vacuum`).
 Compaction is split so Spark can run the rewrites on executors:
 :func:`plan_compaction` (driver) -> :func:`rewrite` (one task each, anywhere) ->
 :func:`commit_compaction` (driver). :func:`compact_local` runs all three in-process.
+
+An operation given a root string also takes ``storage_options`` (Lance's, e.g.
+``aws_endpoint``); given a loaded :class:`PartitionedNamespace` it uses the namespace's
+own. Compaction tasks carry them (:class:`CompactionTask`), so executors reach the store.
 """
 
 from __future__ import annotations
@@ -277,6 +281,7 @@ def drop_partitions(
     *,
     matcher: RowMatcher | None = None,
     dialect: Dialect | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
     """Remove whole partition tables whose identity partition values satisfy ``filter``.
 
@@ -286,7 +291,7 @@ def drop_partitions(
     DataFusion. ONE ``__manifest`` commit removes the tables and any namespace left
     empty; their files remain for time travel until :func:`vacuum`.
     """
-    ns = _namespace(root)
+    ns = _namespace(root, storage_options)
     d = dialect or Dialect.datafusion()
     parsed = parse_filter(filter, d, strict=False)
     if isinstance(parsed, TrueFilter):
@@ -351,6 +356,7 @@ def delete_rows(
     *,
     find_rows: RowFinder | None = None,
     dialect: Dialect | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
     """Delete the rows matching ``filter`` with Lance deletes, in the pruned tables only.
 
@@ -360,7 +366,7 @@ def delete_rows(
     loses rows gets a new version (its schema first brought up to the namespace schema,
     metadata-only), then ONE ``__manifest`` commit moves them all.
     """
-    ns = _namespace(root)
+    ns = _namespace(root, storage_options)
     d = dialect or Dialect.datafusion()
     if isinstance(parse_filter(filter, d, strict=False), TrueFilter):
         raise InvalidInput("delete_rows needs a filter; to remove everything, overwrite the namespace")
@@ -427,12 +433,14 @@ def _dataset_or_none(uri: str, opts: Mapping[str, str] | None) -> lance.LanceDat
     try:
         return lance.dataset(uri, storage_options=dict(opts) if opts else None)
     except (ValueError, OSError, RuntimeError) as exc:
-        if table_files(uri) is None or "not found" in str(exc).lower():
+        if table_files(uri, opts) is None or "not found" in str(exc).lower():
             return None
         raise PartitioningError(f"vacuum: cannot open {uri}: {first_line(exc)}") from exc
 
 
-def _table_dir(root: str, uri: str, item: str, limit: dt.datetime | None) -> tuple[_Deletion | None, str | None]:
+def _table_dir(
+    root: str, uri: str, item: str, limit: dt.datetime | None, opts: Mapping[str, str] | None = None
+) -> tuple[_Deletion | None, str | None]:
     """The deletion of one unreferenced table directory, or why it is kept (None, None if it is gone).
 
     Only Lance's files go, and only when every one is older than ``limit``.
@@ -441,7 +449,7 @@ def _table_dir(root: str, uri: str, item: str, limit: dt.datetime | None) -> tup
         contained(root, uri)
     except PartitioningError:
         return None, f"{uri}: outside the root (a link?), left in place"
-    listed = table_files(uri)
+    listed = table_files(uri, opts)
     if listed is None:
         return None, None
     if limit is not None and listed.newest is not None and listed.newest >= limit:
@@ -459,6 +467,7 @@ def vacuum(
     dry_run: bool = False,
     allow_short_retention: bool = False,
     now: dt.datetime | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
     """Delete what no reader within ``retain`` and no write in progress can reach.
 
@@ -500,10 +509,10 @@ def vacuum(
             f"vacuum retain={retain} is under {MIN_RETENTION}; it could delete files of long writes in progress "
             "and versions readers still use (pass allow_short_retention=True to do it anyway)"
         )
-    ns = _namespace(root).refresh()
+    ns = _namespace(root, storage_options).refresh()
     now = _aware(now) if now is not None else dt.datetime.now(dt.UTC)
     cutoff = now - retain
-    leases = list_leases(ns.root)
+    leases = list_leases(ns.root, ns.storage_options)
     since = protected_since(leases, now)
     file_cutoff = min(cutoff, since) if since is not None else cutoff
     opts = dict(ns.storage_options) if ns.storage_options else None
@@ -518,12 +527,12 @@ def vacuum(
 
     for orphan in find_orphans(ns.root, ns.storage_options, recorded=recorded):
         if orphan.kind == "data_file":
-            fs, path = filesystem_of(orphan.uri)
+            fs, path = filesystem_of(orphan.uri, opts)
             mtime = fs.get_file_info(path).mtime
             if mtime is not None and _aware(mtime) < file_cutoff:
                 plan.append(_Deletion(f"data_file {orphan.uri}", (orphan.uri,)))
         elif orphan.kind == "table_dir":
-            deletion, why = _table_dir(ns.root, orphan.uri, f"table_dir {orphan.uri}", file_cutoff)
+            deletion, why = _table_dir(ns.root, orphan.uri, f"table_dir {orphan.uri}", file_cutoff, opts)
             plan.extend([deletion] if deletion is not None else [])
             kept.extend([why] if why is not None else [])
 
@@ -531,7 +540,7 @@ def vacuum(
         uri = join_uri(ns.root, location)
         if location not in retained and location not in latest_locations:
             item = f"table_dir {uri} (no retained __manifest version refers to it)"
-            deletion, why = _table_dir(ns.root, uri, item, since)
+            deletion, why = _table_dir(ns.root, uri, item, since, opts)
             plan.extend([deletion] if deletion is not None else [])
             kept.extend([why] if why is not None else [])
             continue
@@ -564,8 +573,8 @@ def vacuum(
 
     if not dry_run:
         for deletion in plan:
-            kept.extend(f"{uri}: outside the root" for uri in delete_files(ns.root, deletion.files))
-            remove_empty_dirs(ns.root, deletion.dirs)
+            kept.extend(f"{uri}: outside the root" for uri in delete_files(ns.root, deletion.files, opts))
+            remove_empty_dirs(ns.root, deletion.dirs, opts)
             if deletion.versions is not None:
                 _cleanup_versions(ns.root, *deletion.versions, opts)
     return MaintenanceReport(
@@ -583,13 +592,15 @@ def _cleanup_versions(root: str, uri: str, versions: Sequence[int], opts: Mappin
         ds.cleanup_old_versions(versions=list(versions), error_if_tagged_old_versions=False)
 
 
-def optimize_manifest(root: str | PartitionedNamespace) -> MaintenanceReport:
+def optimize_manifest(
+    root: str | PartitionedNamespace, *, storage_options: Mapping[str, str] | None = None
+) -> MaintenanceReport:
     """Compact the ``__manifest`` table's own fragments; rows are unchanged.
 
     Lance's compaction commits a fragment-id reservation, then the rewrite, so the
     manifest gains two versions; neither changes what a reader sees.
     """
-    ns = _namespace(root)
+    ns = _namespace(root, storage_options)
     opts = dict(ns.storage_options) if ns.storage_options else None
     with translate_lance_errors(f"compact {ns.root}/{MANIFEST_DIR}"):
         ds = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
@@ -607,8 +618,9 @@ def optimize_manifest(root: str | PartitionedNamespace) -> MaintenanceReport:
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def _namespace(root: str | PartitionedNamespace) -> PartitionedNamespace:
-    return root if isinstance(root, PartitionedNamespace) else PartitionedNamespace.load(root)
+def _namespace(root: str | PartitionedNamespace, storage_options: Mapping[str, str] | None) -> PartitionedNamespace:
+    """``root`` itself if it is a loaded namespace (its own storage options), else loaded with ``storage_options``."""
+    return root if isinstance(root, PartitionedNamespace) else PartitionedNamespace.load(root, storage_options)
 
 
 def _open(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:

@@ -29,6 +29,27 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
+from partitioning.storage import (
+    filesystem_of,
+    normalize_storage_options,
+    resolve_root,
+    storage_error,
+    storage_errors,
+    store_unreachable,
+)
+
+__all__ = [
+    "MANIFEST_DIR",
+    "ManifestStore",
+    "check_location",
+    "contained",
+    "filesystem_of",
+    "join_uri",
+    "location_problem",
+    "manifest_schema",
+    "partition_column",
+    "table_uri",
+]
 
 MANIFEST_DIR = "__manifest"
 SCHEMA_KEY = "schema"
@@ -171,13 +192,6 @@ def contained(root: str, target: str) -> str:
     return target
 
 
-def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The Arrow filesystem and path of a URI; a plain path (relative ones too) is local."""
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
-    return pafs.FileSystem.from_uri(uri)
-
-
 def partition_column(field_id: str) -> str:
     return f"{PARTITION_COLUMN_PREFIX}{field_id}"
 
@@ -192,9 +206,9 @@ class ManifestStore:
     """Reads and writes one ``__manifest`` dataset."""
 
     def __init__(self, root: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.root = root
-        self.uri = join_uri(root, MANIFEST_DIR)
-        self.storage_options = dict(storage_options) if storage_options else None
+        self.root = resolve_root(root)
+        self.uri = join_uri(self.root, MANIFEST_DIR)
+        self.storage_options = normalize_storage_options(storage_options)
 
     # -- open / create -------------------------------------------------------------------
     def exists(self) -> bool:
@@ -210,7 +224,7 @@ class ManifestStore:
         an unreadable version CorruptNamespace naming it and an older one to read."""
         if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
             raise InvalidInput(f"__manifest version must be a positive integer, got {version!r}")
-        with translate_lance_errors(f"open {self.uri}"):
+        with storage_errors(self.storage_options), translate_lance_errors(f"open {self.uri}"):
             if version is None:
                 return self._latest()
             try:
@@ -234,8 +248,16 @@ class ManifestStore:
         try:
             return lance.dataset(self.uri, storage_options=self.storage_options)
         except ValueError as exc:
+            refused = storage_error(exc, self.storage_options)
+            if refused is not None:
+                raise refused from exc
             if "not found" in str(exc).lower():
                 raise NamespaceNotFound(f"no namespace at {self.root}: {self.uri} does not exist") from exc
+            if store_unreachable(exc):
+                raise PartitioningError(
+                    f"cannot read {self.uri}: the store did not answer ({first_line(exc)}); check the storage "
+                    "options (endpoint, region, credentials)"
+                ) from exc
             newest = self._newest_version()
             which = f"version {newest}" if newest is not None else "its latest version"
             older = f"manifest_version={newest - 1}" if newest is not None and newest > 1 else "manifest_version=<N>"
@@ -247,7 +269,7 @@ class ManifestStore:
     def _newest_version(self) -> int | None:
         """The highest version under ``__manifest/_versions`` (lance's V2 file names hold u64::MAX - version)."""
         try:
-            fs, path = pafs.FileSystem.from_uri(self.uri if "://" in self.uri else os.path.abspath(self.uri))
+            fs, path = filesystem_of(self.uri, self.storage_options)
             infos = fs.get_file_info(pafs.FileSelector(f"{path}/_versions"))
         except (OSError, ValueError, pa.ArrowException):
             return None
@@ -260,7 +282,7 @@ class ManifestStore:
 
     def create(self, rows: pa.Table, metadata: Mapping[str, str]) -> lance.LanceDataset:
         """Create ``__manifest`` with its first rows, then store the root properties."""
-        with translate_lance_errors(f"create {self.uri}"):
+        with storage_errors(self.storage_options), translate_lance_errors(f"create {self.uri}"):
             try:
                 ds = lance.write_dataset(
                     rows, self.uri, schema=rows.schema, mode="create", storage_options=self.storage_options

@@ -243,9 +243,9 @@ class PartitionedNamespace:
     """A partitioned namespace rooted at ``root`` (local path or object-store URI)."""
 
     def __init__(self, root: str, state: _State, storage_options: Mapping[str, str] | None = None) -> None:
-        self.root = root
-        self.storage_options = dict(storage_options) if storage_options else None
         self._store = ManifestStore(root, storage_options)
+        self.root = self._store.root
+        self.storage_options = self._store.storage_options
         self._state = state
         self._seed = secrets.token_bytes(32)
 
@@ -275,26 +275,30 @@ class PartitionedNamespace:
         if store.exists():
             from partitioning.errors import NamespaceAlreadyExists
 
-            raise NamespaceAlreadyExists(f"a namespace already exists at {root}; use PartitionedNamespace.load")
+            raise NamespaceAlreadyExists(f"a namespace already exists at {store.root}; use PartitionedNamespace.load")
         from partitioning.tables import check_new_root
 
-        check_new_root(root, storage_options)
+        check_new_root(store.root, store.storage_options)
         columns = {f.field_id: f.arrow_result_type(ns_schema) for f in first.fields}
         mschema = manifest_schema(columns)
         row: dict[str, Any] = dict.fromkeys(mschema.names)
         row.update(object_id="v1", object_type="namespace", metadata="{}")
         metadata = {SCHEMA_KEY: ns_schema.to_json(), f"{SPEC_KEY_PREFIX}1": first.to_json()}
         store.create(pa.Table.from_pylist([row], schema=mschema), metadata)
-        return cls.load(root, storage_options)
+        return cls.load(store.root, store.storage_options)
 
     @classmethod
     def load(
         cls, root: str, storage_options: Mapping[str, str] | None = None, *, manifest_version: int | None = None
     ) -> PartitionedNamespace:
-        """Open the namespace at ``root``, optionally as of an older ``__manifest`` version."""
+        """Open the namespace at ``root``, optionally as of an older ``__manifest`` version.
+
+        A local ``root`` is made absolute here (:func:`partitioning.storage.resolve_root`), so
+        ``ns.root`` and every table URI planned from it mean the same place on every machine.
+        """
         store = ManifestStore(root, storage_options)
         ds = store.dataset(manifest_version)
-        return cls(root, _read_state(ds, root), storage_options)
+        return cls(store.root, _read_state(ds, store.root), store.storage_options)
 
     def refresh(self) -> PartitionedNamespace:
         """Re-read the latest ``__manifest`` version."""

@@ -43,8 +43,10 @@ class Orphan:
         return f"{self.kind:9s} {self.uri}  ({self.detail})"
 
 
-def _listing(uri: str) -> tuple[pafs.FileSystem, str, list[pafs.FileInfo]]:
-    fs, path = filesystem_of(uri)
+def _listing(
+    uri: str, storage_options: Mapping[str, str] | None = None
+) -> tuple[pafs.FileSystem, str, list[pafs.FileInfo]]:
+    fs, path = filesystem_of(uri, storage_options)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except FileNotFoundError:
@@ -96,7 +98,7 @@ def find_orphans(
     if recorded is None:
         recorded = recorded_read_versions(root, storage_options)
     known = merged(recorded.values())
-    _, _, entries = _listing(root)
+    _, _, entries = _listing(root, opts)
     for info in entries:
         name = info.base_name
         if info.type == pafs.FileType.Directory and _TABLE_DIR_RE.match(name) and name not in known:
@@ -114,7 +116,7 @@ def find_orphans(
                 out.append(Orphan("version", uri, f"version {version} is no manifest's read_version"))
             for fragment in ds.checkout_version(version).get_fragments():
                 referenced.update(f.path for f in fragment.data_files())
-        _, _, files = _listing(join_uri(uri, "data"))
+        _, _, files = _listing(join_uri(uri, "data"), opts)
         for info in files:
             lance_file = info.type == pafs.FileType.File and info.base_name.endswith(DATA_FILE_SUFFIX)
             if lance_file and info.base_name not in referenced:
@@ -148,9 +150,9 @@ def _utc(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
 
 
-def table_files(uri: str) -> TableFiles | None:
+def table_files(uri: str, storage_options: Mapping[str, str] | None = None) -> TableFiles | None:
     """The Lance files under the table directory ``uri`` (None if it does not exist)."""
-    fs, path = filesystem_of(uri)
+    fs, path = filesystem_of(uri, storage_options)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         return None
@@ -174,7 +176,7 @@ def table_files(uri: str) -> TableFiles | None:
     return TableFiles(uri, tuple(files), (*dirs, uri), tuple(sorted(foreign)))
 
 
-def delete_files(root: str, uris: Iterable[str]) -> list[str]:
+def delete_files(root: str, uris: Iterable[str], storage_options: Mapping[str, str] | None = None) -> list[str]:
     """Delete each file after checking it lies inside ``root`` (:func:`contained`); a file
     already gone is fine. Returns the URIs refused as outside the root."""
     refused = []
@@ -184,7 +186,7 @@ def delete_files(root: str, uris: Iterable[str]) -> list[str]:
         except PartitioningError:
             refused.append(uri)
             continue
-        fs, path = filesystem_of(uri)
+        fs, path = filesystem_of(uri, storage_options)
         with translate_lance_errors(f"vacuum {root}: delete {uri}"):
             try:
                 fs.delete_file(path)
@@ -193,16 +195,20 @@ def delete_files(root: str, uris: Iterable[str]) -> list[str]:
     return refused
 
 
-def remove_empty_dirs(root: str, uris: Iterable[str]) -> None:
-    """Remove the given local directories (deepest first) if they are empty and inside ``root``.
+def remove_empty_dirs(root: str, uris: Iterable[str], storage_options: Mapping[str, str] | None = None) -> None:
+    """Remove the given directories (deepest first) if they are empty and inside ``root``.
 
-    Object stores have no directories to remove; a directory some writer filled meanwhile stays.
+    A directory some writer filled meanwhile stays. On an object store a directory is only
+    the marker object Arrow leaves when it deletes a directory's last file; an empty one
+    is removed so a deleted table leaves no key behind.
     """
     for uri in uris:
-        if "://" in uri and not uri.startswith("file://"):
-            return
         try:
             contained(root, uri)
-            os.rmdir(filesystem_of(uri)[1])
+            fs, path = filesystem_of(uri, storage_options)
+            if isinstance(fs, pafs.LocalFileSystem):
+                os.rmdir(path)
+            elif not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+                fs.delete_dir(path)
         except (PartitioningError, OSError):
             continue

@@ -75,6 +75,7 @@ def write_new_fragments(
     **kwargs: Any,
 ) -> list[FragmentMetadata]:
     """Uncommitted fragments numbered by position in ``schema`` (whatever exists at ``uri``)."""
+    data = _aligned(data)
     with translate_lance_errors(f"write fragments to {uri}"):
         return list(
             write_fragments(
@@ -86,6 +87,20 @@ def write_new_fragments(
                 **kwargs,
             )
         )
+
+
+def _aligned(data: pa.Table) -> pa.Table:
+    """``data`` with decimal columns copied into fresh buffers: arrow-rs (Lance) needs decimal
+    buffers aligned to 16 bytes, and Arrow batches that come from Spark are aligned to 8."""
+    if not any(pa.types.is_decimal(t) for t in data.schema.types):
+        return data
+    columns = [
+        pa.chunked_array([pa.concat_arrays([chunk]) for chunk in col.chunks], type=col.type)
+        if pa.types.is_decimal(col.type)
+        else col
+        for col in data.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=data.schema)
 
 
 def dataset_columns(dataset_schema: pa.Schema, schema: NamespaceSchema) -> dict[str, str]:
@@ -299,7 +314,7 @@ def rewrite_fragments(
     """Replace fragments ``old`` of ``head`` (the latest version) by ``new`` holding the
     same rows (compaction); conflicts with any commit made since ``head``. Every data file
     of ``new`` must exist (:func:`check_data_files`), or nothing is committed."""
-    check_data_files(uri, new, f"compact {uri}")
+    check_data_files(uri, new, f"compact {uri}", storage_options)
     with translate_lance_errors(f"commit {uri}"):
         ds = lance.LanceDataset.commit(
             uri,
@@ -314,7 +329,9 @@ def rewrite_fragments(
 PARALLEL_STATS = 16
 
 
-def missing_data_files(uri: str, fragments: Sequence[FragmentMetadata]) -> list[str]:
+def missing_data_files(
+    uri: str, fragments: Sequence[FragmentMetadata], storage_options: Mapping[str, str] | None = None
+) -> list[str]:
     """The data files of ``fragments`` (in ``uri``/data) that do not exist, in order.
 
     One stat (a HEAD on object stores) per file, up to :data:`PARALLEL_STATS` at a time.
@@ -322,10 +339,10 @@ def missing_data_files(uri: str, fragments: Sequence[FragmentMetadata]) -> list[
     paths = [f"{uri.rstrip('/')}/data/{d.path}" for fragment in fragments for d in fragment.files if d.base_id is None]
     if not paths:
         return []
-    fs, _ = filesystem_of(uri)
+    fs, _ = filesystem_of(uri, storage_options)
 
     def gone(path: str) -> bool:
-        return bool(fs.get_file_info(filesystem_of(path)[1]).type == pafs.FileType.NotFound)
+        return bool(fs.get_file_info(filesystem_of(path, storage_options)[1]).type == pafs.FileType.NotFound)
 
     if len(paths) <= 4:
         flags = [gone(p) for p in paths]
@@ -335,11 +352,16 @@ def missing_data_files(uri: str, fragments: Sequence[FragmentMetadata]) -> list[
     return [p for p, missing in zip(paths, flags, strict=True) if missing]
 
 
-def check_data_files(uri: str, fragments: Sequence[FragmentMetadata], action: str) -> None:
+def check_data_files(
+    uri: str,
+    fragments: Sequence[FragmentMetadata],
+    action: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
     """Refuse (:class:`ConcurrentModification`, one line naming the file) to commit fragments
     whose data files are gone, e.g. deleted by a vacuum while the write ran."""
     with translate_lance_errors(f"{action}: check the new data files"):
-        missing = missing_data_files(uri, fragments)
+        missing = missing_data_files(uri, fragments, storage_options)
     if missing:
         raise ConcurrentModification(
             f"{action}: data file {missing[0]} of a new fragment is missing"
@@ -370,7 +392,7 @@ def commit_version(
     with ``verify=False`` by a caller that just checked them), or nothing is committed.
     """
     if verify:
-        check_data_files(uri, fragments, f"commit {uri}")
+        check_data_files(uri, fragments, f"commit {uri}", storage_options)
     if base is None:
         return _overwrite(uri, schema.dataset_arrow, list(fragments), storage_options, attempts)
     kept = {f.fragment_id for f in base.get_fragments()}
@@ -538,7 +560,7 @@ def check_new_root(root: str, storage_options: Mapping[str, str] | None = None) 
     A new namespace needs a missing or empty directory: a plain Lance dataset, files or
     other directories under ``root`` are an :class:`InvalidInput` and nothing is written.
     """
-    listed = _entries(root)
+    listed = _entries(root, storage_options)
     if listed is None:
         if _is_dataset(root, storage_options):
             raise InvalidInput(f"cannot create a partitioned namespace at {root}: it holds a plain Lance dataset")
@@ -565,10 +587,10 @@ _DATASET_MARKER = "_versions"
 _MESSAGE_KEY = "__lance_commit_message"
 
 
-def _entries(root: str) -> list[str] | None:
+def _entries(root: str, storage_options: Mapping[str, str] | None = None) -> list[str] | None:
     """Names directly under ``root`` ([] if it does not exist), or None if it cannot be listed."""
     try:
-        fs, path = filesystem_of(root)
+        fs, path = filesystem_of(root, storage_options)
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
             return []
@@ -581,7 +603,7 @@ def _entries(root: str) -> list[str] | None:
 
 def _is_dataset(root: str, storage_options: Mapping[str, str] | None) -> bool:
     if "://" not in root or root.startswith("file://"):
-        listed = _entries(f"{root.rstrip('/')}/{_DATASET_MARKER}")
+        listed = _entries(f"{root.rstrip('/')}/{_DATASET_MARKER}", storage_options)
         if listed is not None:
             return bool(listed)
     try:

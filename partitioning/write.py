@@ -315,13 +315,21 @@ def _relocate(
     return _Pending(pending.key, target_id, target, fragments, pending.rows)
 
 
-def _check_files(root: str, pending: Iterable[_Pending], field_ids: Sequence[str]) -> None:
+def _check_files(
+    root: str,
+    pending: Iterable[_Pending],
+    field_ids: Sequence[str],
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
     """Every new fragment's data files exist (one stat each, in parallel), or the write
     fails naming the partition and the file, before anything is committed."""
     entries = list(pending)
     with ThreadPoolExecutor(max_workers=min(PARALLEL_STATS, max(1, len(entries)))) as pool:
         missing = list(
-            pool.map(lambda p: missing_data_files(table_uri(root, p.object_id, p.location), p.fragments), entries)
+            pool.map(
+                lambda p: missing_data_files(table_uri(root, p.object_id, p.location), p.fragments, storage_options),
+                entries,
+            )
         )
     for entry, files in zip(entries, missing, strict=True):
         if files:
@@ -363,7 +371,7 @@ def commit_write(
     written = schema if schema is not None else ns.namespace_schema
     last_error: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
-        _check_files(ns.root, pending.values(), spec.field_ids)
+        _check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
         ns.refresh()
         skipped = already_committed(ns, mode, write_id)
         if skipped is not None:

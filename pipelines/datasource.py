@@ -10,7 +10,20 @@ Read options (names are case-insensitive; any other option is an error):
 by the source; see :mod:`pipelines.reader`), ``prune_filter`` (pruning only; the caller
 applies it), ``timeZone`` and ``sqlConf`` (how the filters' SQL is read; set by
 :func:`pipelines.read.read_partitioned` from the session), ``rows_per_split``,
-``max_partitions``, ``with_row_address`` (adds ``_lance_table`` and ``_lance_rowaddr``).
+``max_partitions``, ``with_row_address`` (adds ``_lance_table`` and ``_lance_rowaddr``),
+and ``storage.<key>``: a Lance storage option (``storage.aws_endpoint``,
+``storage.aws_region``, ...), used on the driver and, pickled with the reader, by
+every task. A relative ``path`` is made absolute where the source plans: the driver on
+classic Spark, the server on Spark Connect (where the client's working directory is
+unknown, so a missing namespace at a relative path says so; :func:`read_partitioned` and
+:func:`write_partitioned` resolve on the client). The source registered in a session
+knows the session's master and refuses a relative path on a cluster whose executors do
+not share the driver's files (:func:`pipelines.session.check_root_for_master`).
+
+A catalog table (``CREATE TABLE t USING lance_partitioned LOCATION '<root>'``): Spark
+4.3 passes its options only to the ``schema()`` call of ``CREATE TABLE``; the schema
+returned then carries the root (:func:`pipelines.source_writer.with_root`), and a later
+read with no ``path`` option takes the root from the schema Spark hands ``reader()``.
 
 Which filters prune: PySpark 4.3 shares one read plan between all scans of a DataFrame
 (see :mod:`pipelines.reader`), so filters Spark pushes (``df.where(...)``) are handed
@@ -22,22 +35,28 @@ source that prunes with them too.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql import datasource as ds
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from partitioning.errors import InvalidInput, SpecError
+from partitioning.errors import InvalidInput, NamespaceNotFound, PartitioningError, SpecError
+from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
+from partitioning.storage import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
 from pipelines.read import read_schema
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE, LancePartitionedReader, PerScanPushdownReader
-from pipelines.source_writer import LancePartitionedWriter
+from pipelines.session import check_root_for_master, is_relative_path, session_master
+from pipelines.source_writer import LancePartitionedWriter, root_in_schema, with_root
+from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [
     "READ_OPTIONS",
@@ -65,12 +84,33 @@ LAST_SHARED_PLAN_VERSION = (4, 3, 0)
 
 
 def register_data_source(spark: SparkSession) -> None:
-    """Make ``format("lance_partitioned")`` available in this session."""
+    """Make ``format("lance_partitioned")`` available in this session (registered once per
+    session, classic or Spark Connect: :func:`pipelines.session.register_once`)."""
+    from pipelines.session import register_once
+
+    master = session_master(spark)
     if pushdown_is_per_scan(spark):
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-        spark.dataSource.register(PerScanPushdownDataSource)
+        register_once(spark, for_master(PerScanPushdownDataSource, master))
     else:
-        spark.dataSource.register(LancePartitionedDataSource)
+        register_once(spark, for_master(LancePartitionedDataSource, master))
+
+
+@functools.cache
+def for_master(source: type[LancePartitionedDataSource], master: str | None) -> type[LancePartitionedDataSource]:
+    """``source`` knowing the session's master. The source runs in Spark's planner worker,
+    which cannot ask the session; this subclass (pickled by value when registered, as it is
+    not importable by name) carries it there."""
+    attrs = {"__module__": source.__module__, "__qualname__": source.__qualname__, "session_master": master}
+    return type(source.__name__, (source,), attrs)
+
+
+def relative_path_missing(path: str) -> str:
+    """The line for a relative ``path`` with no namespace where the source resolved it."""
+    return (
+        f"relative path {path!r} was resolved on the Spark server as {resolve_root(path)!r}, which holds no "
+        "namespace; use an absolute path or URI (read_partitioned/write_partitioned resolve on the client)"
+    )
 
 
 # What Spark adds for a catalog table (CREATE TABLE ... USING lance_partitioned).
@@ -93,6 +133,7 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 class LancePartitionedDataSource(DataSource):
     reader_class: type[LancePartitionedReader] = LancePartitionedReader
+    session_master: ClassVar[str | None] = None  # set by register_data_source (for_master)
 
     @classmethod
     def name(cls) -> str:
@@ -102,11 +143,12 @@ class LancePartitionedDataSource(DataSource):
         super().__init__(options)
         self.pinned_version: int | None = None
 
-    def _namespace(self) -> PartitionedNamespace:
+    def _namespace(self, schema: StructType | None = None) -> PartitionedNamespace:
         options = _lower(self.options)
-        root = options.get("path")
+        root = options.get("path") or (root_in_schema(schema) if schema is not None else None)
         if not root:
             raise SpecError("load(path) is required: the namespace root")
+        check_root_for_master(root, self.session_master)
         version = options.get("versionasof")
         if version is not None:
             try:
@@ -115,25 +157,45 @@ class LancePartitionedDataSource(DataSource):
                 raise InvalidInput(f"option versionAsOf must be a __manifest version number, got {version!r}") from None
         else:
             pinned = self.pinned_version
-        return PartitionedNamespace.load(root, manifest_version=pinned)
+        try:
+            return PartitionedNamespace.load(root, storage_options_from(options), manifest_version=pinned)
+        except NamespaceNotFound as exc:
+            if is_relative_path(root):
+                raise NamespaceNotFound(relative_path_missing(root)) from exc
+            raise
 
     def schema(self) -> StructType:
-        _check_options(self.options, READ_OPTIONS, "read")
-        ns = self._namespace()
-        self.pinned_version = ns.manifest_version  # pickled with this object: every scan reads it
-        options = _lower(self.options)
-        schema = read_schema(ns.namespace_schema, options.get("columns"))
-        if (options.get("with_row_address") or "false").lower() == "true":
-            schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
-        return schema
+        with _one_line():
+            _check_options(self.options, READ_OPTIONS, "read")
+            ns = self._namespace()
+            self.pinned_version = ns.manifest_version  # pickled with this object: every scan reads it
+            options = _lower(self.options)
+            schema = read_schema(ns.namespace_schema, options.get("columns"))
+            if (options.get("with_row_address") or "false").lower() == "true":
+                schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+            if "provider" in options:  # CREATE TABLE ... USING lance_partitioned: Spark stores this schema
+                schema = with_root(schema, ns.root)
+            return schema
 
     def reader(self, schema: StructType) -> LancePartitionedReader:
-        _check_options(self.options, READ_OPTIONS, "read")
-        ns = self._namespace()
-        return self.reader_class(ns, schema, _lower(self.options))
+        with _one_line():
+            _check_options(self.options, READ_OPTIONS, "read")
+            ns = self._namespace(schema)
+            return self.reader_class(ns, schema, _lower(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> LancePartitionedWriter:
-        return LancePartitionedWriter(dict(self.options), schema, overwrite)
+        options = _lower(self.options)
+        path = options.get("path")
+        with _one_line():
+            if path:
+                check_root_for_master(path, self.session_master)
+            try:
+                return LancePartitionedWriter(dict(self.options), schema, overwrite)
+            except SpecError as exc:
+                # e.g. no namespace and no partition_by: say where a relative path was looked for
+                if path and is_relative_path(path) and not _namespace_at(path, options):
+                    raise NamespaceNotFound(relative_path_missing(path)) from exc
+                raise
 
 
 class PerScanPushdownDataSource(LancePartitionedDataSource):
@@ -142,13 +204,29 @@ class PerScanPushdownDataSource(LancePartitionedDataSource):
     reader_class = PerScanPushdownReader
 
 
+def _namespace_at(path: str, options: Mapping[str, str]) -> bool:
+    return ManifestStore(path, storage_options_from(options)).exists()
+
+
+@contextmanager
+def _one_line() -> Iterator[None]:
+    """Our errors raised while Spark plans the source (a Python worker) are reported without
+    the worker's traceback: Spark's prefix, then ``partitioning.errors.X: <line>``."""
+    try:
+        yield
+    except PartitioningError:
+        hide_worker_traceback()
+        raise
+
+
 def _check_options(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
     known = {a.lower() for a in (*allowed, *_CATALOG_KEYS)}
-    unknown = sorted(k for k in _lower(options) if k not in known)
+    unknown = sorted(k for k in _lower(options) if k not in known and not k.startswith(STORAGE_OPTION_PREFIX))
     if unknown:
         raise InvalidInput(
             f"unknown {what} option {unknown[0]!r} for format lance_partitioned; {what} options are: "
             + ", ".join(a for a in allowed if a != "path")
+            + f", {STORAGE_OPTION_PREFIX}<key> (a Lance storage option)"
         )
 
 

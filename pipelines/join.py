@@ -54,9 +54,11 @@ from partitioning.join_plan import (
 )
 from partitioning.namespace import PartitionedNamespace, PartitionTable, open_partition_table
 from partitioning.schema import NamespaceSchema
+from partitioning.storage import storage_option_pairs, storage_options_from
 from pipelines.read import TableSlice, dialect_options, read_partitioned, read_table, session_dialect
 from pipelines.reader import dialect_from_options
 from pipelines.schema import spark_schema
+from pipelines.session import default_parallelism, driver_root, register_once
 
 __all__ = ["LancePartitionedJoinDataSource", "join_partitioned", "join_partitioned_with_plan"]
 
@@ -75,6 +77,7 @@ def join_partitioned(
     filter_left: str | None = None,
     filter_right: str | None = None,
     suffixes: Sequence[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """``left JOIN right USING (on)`` of two partitioned namespaces, without a shuffle when possible.
 
@@ -95,9 +98,21 @@ def join_partitioned(
     :mod:`partitioning.join_plan`. If any version is incompatible the WHOLE join falls
     back to Spark's join: an outer join's unmatched rows can only be decided against the
     whole other side, so a per-version fallback would only be sound for inner joins.
+
+    ``storage_options`` (Lance's, e.g. ``aws_endpoint``) open both namespaces and reach
+    the tasks. Relative roots are made absolute here, and refused on a cluster whose
+    executors do not share this machine's files.
     """
     df, _ = join_partitioned_with_plan(
-        spark, left_root, right_root, on, how, filter_left=filter_left, filter_right=filter_right, suffixes=suffixes
+        spark,
+        left_root,
+        right_root,
+        on,
+        how,
+        filter_left=filter_left,
+        filter_right=filter_right,
+        suffixes=suffixes,
+        storage_options=storage_options,
     )
     return df
 
@@ -112,10 +127,12 @@ def join_partitioned_with_plan(
     filter_left: str | None = None,
     filter_right: str | None = None,
     suffixes: Sequence[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> tuple[DataFrame, JoinPlan]:
     """:func:`join_partitioned`, also returning the plan (``plan.compatible``, ``plan.reason``)."""
-    left = PartitionedNamespace.load(left_root)
-    right = PartitionedNamespace.load(right_root)
+    left_root, right_root = driver_root(spark, left_root), driver_root(spark, right_root)
+    left = PartitionedNamespace.load(left_root, storage_options)
+    right = PartitionedNamespace.load(right_root, storage_options)
     validate_join(left.namespace_schema, right.namespace_schema, on, how, suffixes)
     dialect = session_dialect(spark)
     plan = plan_namespace_join(
@@ -125,14 +142,26 @@ def join_partitioned_with_plan(
     names = join_output_names(left.namespace_schema, right.namespace_schema, plan.on, pair)
     if not plan.compatible:
         log.warning(plan.summary)
-        lhs = read_partitioned(spark, left_root, filter=filter_left, manifest_version=left.manifest_version)
-        rhs = read_partitioned(spark, right_root, filter=filter_right, manifest_version=right.manifest_version)
+        lhs = read_partitioned(
+            spark,
+            left_root,
+            filter=filter_left,
+            manifest_version=left.manifest_version,
+            storage_options=storage_options,
+        )
+        rhs = read_partitioned(
+            spark,
+            right_root,
+            filter=filter_right,
+            manifest_version=right.manifest_version,
+            storage_options=storage_options,
+        )
         if pair is not None:
             shared = {c.lower() for c in shared_columns(left.namespace_schema, right.namespace_schema, plan.on)}
             lhs, rhs = _suffixed(lhs, shared, plan.on, pair[0]), _suffixed(rhs, shared, plan.on, pair[1])
         return lhs.join(rhs, on=list(plan.on), how=plan.how), plan
     log.info(plan.summary)
-    spark.dataSource.register(LancePartitionedJoinDataSource)
+    register_once(spark, LancePartitionedJoinDataSource)
     options = {
         "max_partitions": str(_default_partitions(spark)),
         "left": left_root,
@@ -142,6 +171,7 @@ def join_partitioned_with_plan(
         "on": json.dumps(list(plan.on)),
         "how": plan.how,
         **dialect_options(dialect),
+        **storage_option_pairs(storage_options),
     }
     if filter_left:
         options["filter_left"] = filter_left
@@ -165,10 +195,8 @@ def _suffixed(df: DataFrame, shared: set[str], on: Sequence[str], suffix: str) -
 def _default_partitions(spark: SparkSession) -> int:
     """Twice the cluster's cores: enough tasks to balance groups of different sizes, few enough
     that per-task overhead does not dominate small joins."""
-    try:
-        return max(1, 2 * int(spark.sparkContext.defaultParallelism))
-    except Exception:  # e.g. Spark Connect, which has no SparkContext
-        return MAX_PARTITIONS
+    slots = default_parallelism(spark)
+    return MAX_PARTITIONS if slots is None else max(1, 2 * slots)
 
 
 # -- the data source ----------------------------------------------------------------------------
@@ -189,6 +217,7 @@ class _JoinOptions:
     max_partitions: int
     suffixes: tuple[str, str] | None = None
     dialect: Dialect = field(default_factory=Dialect)
+    storage_options: Mapping[str, str] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> _JoinOptions:
@@ -219,6 +248,7 @@ class _JoinOptions:
             max_partitions=max(1, int(get("max_partitions") or MAX_PARTITIONS)),
             suffixes=suffixes,
             dialect=dialect_from_options({k.lower(): v for k, v in options.items()}),
+            storage_options=storage_options_from(options),
         )
 
     def output(
@@ -238,8 +268,8 @@ class _JoinOptions:
 
     def namespaces(self) -> tuple[PartitionedNamespace, PartitionedNamespace]:
         return (
-            PartitionedNamespace.load(self.left, manifest_version=self.left_version),
-            PartitionedNamespace.load(self.right, manifest_version=self.right_version),
+            PartitionedNamespace.load(self.left, self.storage_options, manifest_version=self.left_version),
+            PartitionedNamespace.load(self.right, self.storage_options, manifest_version=self.right_version),
         )
 
 
@@ -250,7 +280,8 @@ class LancePartitionedJoinDataSource(DataSource):
     ``filter_left`` / ``filter_right``, ``left_version`` / ``right_version`` (``__manifest``
     versions), ``suffixes`` (JSON list of two strings, see :func:`join_partitioned`; needed
     when a non-key column name is on both sides, since a data source cannot return two
-    columns of one name) and ``max_partitions``. It only reads compatibly partitioned
+    columns of one name), ``max_partitions`` and ``storage.<key>`` (a Lance storage option,
+    for both sides). It only reads compatibly partitioned
     sides; :func:`join_partitioned` chooses between it and Spark's join.
     """
 

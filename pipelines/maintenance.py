@@ -2,6 +2,8 @@
 applied by Spark; compaction rewrites run as Spark tasks, one per bin of small fragments.
 
 Every operation ends with the driver's dataset commits and ONE ``__manifest`` commit.
+Each takes ``storage_options`` (Lance's, e.g. ``aws_endpoint``), which reach the tasks;
+a relative root is refused on a cluster whose executors do not share this machine's files.
 Without a SparkSession each falls back to its Spark-free form in
 :mod:`partitioning.maintenance`, where filters are DataFusion SQL (zone-less timestamps
 in UTC, as in a Lance scan).
@@ -10,7 +12,8 @@ in UTC, as in a Lance scan).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.errors import PySparkException
@@ -22,6 +25,8 @@ from partitioning.filters import Filter
 from partitioning.leases import write_lease
 from partitioning.maintenance import (
     DEFAULT_TARGET_ROWS,
+    CompactionResult,
+    CompactionTask,
     MaintenanceReport,
     commit_compaction,
     compact_local,
@@ -34,8 +39,10 @@ from partitioning.maintenance import delete_rows as delete_rows_local
 from partitioning.maintenance import drop_partitions as drop_partitions_local
 from partitioning.namespace import PartitionedNamespace
 from partitioning.scan import ScanTask
+from partitioning.storage import storage_option_pairs
 from pipelines.read import dialect_options, session_dialect
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import spark_errors
 
 __all__ = ["compact", "delete_rows", "drop_partitions", "optimize_manifest", "vacuum"]
@@ -48,44 +55,65 @@ def _session(spark: SparkSession | None) -> SparkSession | None:
     return spark or SparkSession.getActiveSession()
 
 
+def _root(session: SparkSession | None, root: str | PartitionedNamespace) -> str | PartitionedNamespace:
+    """A root string checked against the session's master (:func:`pipelines.session.driver_root`)."""
+    return driver_root(session, root) if session is not None and isinstance(root, str) else root
+
+
 def compact(
     root: str,
     filter: str | Filter | None = None,
     *,
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     spark: SparkSession | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
     """Rewrite small fragments of the partitions ``filter`` selects, in parallel on the executors.
 
     ``filter`` only selects partitions (rows never change). Uses ``spark`` or the active
-    session; without one it runs in this process. Readers of older ``__manifest``
-    versions keep seeing the old fragments.
+    session (classic or Spark Connect); without one it runs in this process. Readers of
+    older ``__manifest`` versions keep seeing the old fragments.
     """
-    ns = PartitionedNamespace.load(root)
     session = _session(spark)
+    ns = PartitionedNamespace.load(root if session is None else driver_root(session, root), storage_options)
     if session is None:
-        log.info("compact %s: no SparkSession, compacting in this process", root)
+        log.info("compact %s: no SparkSession, compacting in this process", ns.root)
         return compact_local(ns, filter, target_rows_per_fragment=target_rows_per_fragment)
     tasks = plan_compaction(
         ns, filter, target_rows_per_fragment=target_rows_per_fragment, dialect=session_dialect(session)
     )
     if not tasks:
         return MaintenanceReport("compact", ns.root, ns.manifest_version)
-    sc = session.sparkContext
-    sc.setJobDescription(
-        f"lance_partitioned: compact {len(tasks)} fragment bins ({root.rstrip('/').rsplit('/', 1)[-1]})"
-    )
+    label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     with write_lease(ns.root, ns.storage_options):
-        try:
-            with spark_errors(f"compact {root}"):
-                results = sc.parallelize(tasks, len(tasks)).map(rewrite).collect()
-        finally:
-            sc.setJobDescription(None)  # type: ignore[arg-type]
+        with (
+            spark_errors(f"compact {ns.root}"),
+            describe_jobs(session, f"lance_partitioned: compact {len(tasks)} fragment bins ({label})"),
+        ):
+            results = _rewrite_on_executors(session, tasks)
         return commit_compaction(ns, results)
 
 
+def _rewrite_on_executors(session: SparkSession, tasks: Sequence[CompactionTask]) -> list[CompactionResult]:
+    """One Spark task per bin (``range`` with one row per partition, then ``mapInArrow``), so
+    the same code runs on classic Spark and Spark Connect; results come back pickled."""
+    bins = list(tasks)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            done = [pickle.dumps(rewrite(bins[i])) for i in batch.column(0).to_pylist()]
+            yield pa.RecordBatch.from_arrays([pa.array(done, pa.binary())], names=["result"])
+
+    out = session.range(0, len(bins), 1, len(bins)).mapInArrow(run, "result binary").toArrow()
+    return [pickle.loads(r) for r in out.column("result").to_pylist()]
+
+
 def delete_rows(
-    root: str | PartitionedNamespace, filter: str, *, spark: SparkSession | None = None
+    root: str | PartitionedNamespace,
+    filter: str,
+    *,
+    spark: SparkSession | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
     """Delete the rows matching ``filter`` (Spark SQL, applied by Spark) in the pruned tables.
 
@@ -95,7 +123,8 @@ def delete_rows(
     """
     session = _session(spark)
     if session is None:
-        return delete_rows_local(root, filter)
+        return delete_rows_local(root, filter, storage_options=storage_options)
+    root = _root(session, root)
     dialect = session_dialect(session)
 
     def find(ns: PartitionedNamespace, tasks: Sequence[ScanTask], filter_sql: str) -> Mapping[str, Sequence[int]]:
@@ -109,6 +138,7 @@ def delete_rows(
         register_data_source(session)
         reader = session.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
         reader = reader.option("prune_filter", filter_sql).option("with_row_address", "true")
+        reader = reader.options(**storage_option_pairs(ns.storage_options))
         for key, value in dialect_options(dialect).items():
             reader = reader.option(key, value)
         wanted = {t.object_id for t in tasks}
@@ -122,18 +152,23 @@ def delete_rows(
                 out.setdefault(row[0], []).append(int(row[1]))
         return out
 
-    return delete_rows_local(root, filter, find_rows=find, dialect=dialect)
+    return delete_rows_local(root, filter, find_rows=find, dialect=dialect, storage_options=storage_options)
 
 
 def drop_partitions(
-    root: str | PartitionedNamespace, filter: str, *, spark: SparkSession | None = None
+    root: str | PartitionedNamespace,
+    filter: str,
+    *,
+    spark: SparkSession | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
     """Drop whole partition tables whose identity partition values satisfy ``filter``
     (Spark SQL, applied by Spark to each table's values). Without a session,
     :func:`partitioning.maintenance.drop_partitions` (DataFusion SQL)."""
     session = _session(spark)
     if session is None:
-        return drop_partitions_local(root, filter)
+        return drop_partitions_local(root, filter, storage_options=storage_options)
+    root = _root(session, root)
 
     def match(values: pa.Table, filter_sql: str) -> list[int]:
         indexed = values.append_column(_INDEX, pa.array(range(values.num_rows), pa.int64()))
@@ -143,4 +178,6 @@ def drop_partitions(
         except PySparkException as exc:
             raise InvalidInput(f"drop_partitions filter {filter_sql!r}: {first_line(exc)}") from exc
 
-    return drop_partitions_local(root, filter, matcher=match, dialect=session_dialect(session))
+    return drop_partitions_local(
+        root, filter, matcher=match, dialect=session_dialect(session), storage_options=storage_options
+    )

@@ -6,12 +6,16 @@ settings). Spark applies it to the rows; the source uses it only to skip partiti
 tables and Lance rows that cannot match (``prune_filter``), and any part it does not
 understand keeps everything. Because the filter is an option of the DataFrame, every
 later use of the returned DataFrame (reuse, views, self-joins, cache) prunes the same.
+
+The scan is planned here, on the driver, and its one-line summary ("scanning K of N
+partition tables ...") is logged once, at INFO on the ``lance_partitioned`` logger.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -21,9 +25,12 @@ from partitioning.binding import bind
 from partitioning.errors import InvalidInput, SchemaError, first_line
 from partitioning.filters import Dialect, parse_filter, referenced_columns
 from partitioning.namespace import PartitionedNamespace
+from partitioning.scan import ScanPlan
 from partitioning.schema import NamespaceSchema
+from partitioning.storage import storage_option_pairs
 from pipelines.reader import LanceInputPartition, LancePartitionedReader, TableSlice, read_table
 from pipelines.schema import spark_schema
+from pipelines.session import driver_root
 
 __all__ = [
     "LanceInputPartition",
@@ -31,11 +38,14 @@ __all__ = [
     "TableSlice",
     "dialect_options",
     "read_partitioned",
+    "read_partitioned_with_plan",
     "read_schema",
     "read_table",
     "referenced_columns",
     "session_dialect",
 ]
+
+log = logging.getLogger("lance_partitioned")
 
 
 def read_schema(schema: NamespaceSchema, columns: str | Sequence[str] | None = None) -> StructType:
@@ -84,28 +94,50 @@ def read_partitioned(
     filter: str | None = None,
     columns: Sequence[str] | None = None,
     manifest_version: int | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The namespace as a DataFrame, at ``manifest_version`` (default: the latest).
 
     ``filter`` is Spark SQL (anything ``DataFrame.where`` takes); Spark applies it, and
-    the source prunes partition tables with the parts it understands.
+    the source prunes partition tables with the parts it understands. ``storage_options``
+    are Lance's (e.g. ``aws_endpoint``, ``aws_region``); they reach the tasks as the
+    source's ``storage.<key>`` options. A relative ``root`` is made absolute here, and
+    refused on a cluster whose executors do not share this machine's files.
     """
+    df, _ = read_partitioned_with_plan(spark, root, filter, columns, manifest_version, storage_options=storage_options)
+    return df
+
+
+def read_partitioned_with_plan(
+    spark: SparkSession,
+    root: str,
+    filter: str | None = None,
+    columns: Sequence[str] | None = None,
+    manifest_version: int | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> tuple[DataFrame, ScanPlan]:
+    """:func:`read_partitioned`, also returning the scan plan it made (the tables it reads)."""
     from pipelines.datasource import register_data_source
 
+    root = driver_root(spark, root)
     register_data_source(spark)
-    ns = PartitionedNamespace.load(root, manifest_version=manifest_version)
+    ns = PartitionedNamespace.load(root, storage_options, manifest_version=manifest_version)
     names = ns.schema.names
     dialect = session_dialect(spark)
     for c in columns or ():
         if c not in names:
             raise SchemaError(f"unknown column {c!r} in columns; columns are: {', '.join(names)}")
     reader = spark.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
+    reader = reader.options(**storage_option_pairs(ns.storage_options))
     parsed = parse_filter(filter, dialect, strict=False) if filter is not None and filter.strip() else None
     if parsed is not None:
         bind(parsed, ns.schema, dialect)  # unknown columns: one line
-    # planned here too, so a damaged __manifest row the scan needs is one line now, not a
-    # Spark planning error at the first action (the data source plans again per scan)
-    ns.plan_scan(parsed, dialect=dialect)
+    # planned here, so a damaged __manifest row the scan needs is one line now, not a Spark
+    # planning error at the first action; the data source plans the same tables again
+    plan = ns.plan_scan(parsed, dialect=dialect)
+    log.info(plan.summary)
     if filter is not None and filter.strip():
         reader = reader.option("prune_filter", filter)
         for key, value in dialect_options(dialect).items():
@@ -114,7 +146,7 @@ def read_partitioned(
         extra = referenced_columns(filter, names, dialect.case_sensitive, dialect)
         wanted = list(dict.fromkeys([*columns, *extra]))
         reader = reader.option("columns", ",".join(wanted))
-    df = reader.load(root)
+    df = reader.load(ns.root)
     if filter is not None and filter.strip():
         try:
             df = df.where(filter)
@@ -122,4 +154,4 @@ def read_partitioned(
             raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
     if columns:
         df = df.select(*[f"`{c}`" for c in columns])
-    return df
+    return df, plan

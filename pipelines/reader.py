@@ -19,13 +19,13 @@ per scan, :class:`PerScanPushdownReader` also prunes with them (see
 
 Each partition table is read at the version ``__manifest`` records for it; old
 partitions are reconciled with the namespace schema by field id
-(:func:`partitioning.tables.reconcile`).
+(:func:`partitioning.tables.reconcile`). Tasks get the reader pickled: the namespace's
+absolute root, every slice's absolute URI and the storage options travel with it.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,7 +72,6 @@ __all__ = [
     "read_table",
 ]
 
-log = logging.getLogger("lance_partitioned")
 ROW_TABLE = "_lance_table"
 ROW_ADDRESS = "_lance_rowaddr"
 SPLIT_TABLES_BELOW = 64
@@ -171,7 +170,11 @@ class LanceInputPartition(InputPartition):
 
 
 class LancePartitionedReader(DataSourceReader):
-    """Plans on the driver from one ``__manifest`` version; opens Lance datasets only in ``read``."""
+    """Plans on the driver from one ``__manifest`` version; opens Lance datasets only in ``read``.
+
+    ``partitions()`` runs in Spark's planner worker, where a log line reaches nobody (and
+    repeats per scan), so it logs nothing; :func:`pipelines.read.read_partitioned` logs the
+    plan once on the driver."""
 
     def __init__(self, ns: PartitionedNamespace, schema: StructType, options: Mapping[str, str]) -> None:
         self.root = ns.root
@@ -221,9 +224,7 @@ class LancePartitionedReader(DataSourceReader):
             raise
 
     def _partitions(self) -> list[InputPartition]:
-        plan = self._namespace().plan_scan(self.scan_filter)
-        log.info(plan.summary)
-        tasks = list(plan)
+        tasks = list(self._namespace().plan_scan(self.scan_filter))
         if not tasks:
             return [_EMPTY]
         if len(tasks) >= SPLIT_TABLES_BELOW:

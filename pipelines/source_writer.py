@@ -10,7 +10,10 @@ task keeps at most ``max_open_writers`` partition buffers.
 Options (any other is an error listing these): ``partition_by`` (``"day(ts);
 bucket[16](user_id)"`` or a JSON list; creates the namespace, or must match its current
 spec), ``partitionOverwriteMode`` (``static`` or ``dynamic``), ``write_id``,
-``max_rows_per_file``, ``max_bytes_per_file``, ``max_open_writers``.
+``max_rows_per_file``, ``max_bytes_per_file``, ``max_open_writers``, and
+``storage.<key>`` (a Lance storage option; the tasks get them with the pickled writer,
+the lease reference and the fragment writer). A relative path is made absolute on the
+driver before any task is planned.
 
 Overwrite: ``mode("overwrite")`` replaces everything (``static``) or only the partitions
 present in the DataFrame (``dynamic``). The write option wins; without it the session's
@@ -25,8 +28,10 @@ it before the writer exists: "The provided partitioning or clustering columns do
 match the existing table's"; use ``.option("partition_by", ...)``), and the
 ``errorifexists`` / ``ignore`` save modes (Spark refuses them with
 UNSUPPORTED_DATA_SOURCE_SAVE_MODE). For ``INSERT INTO`` / ``INSERT OVERWRITE`` /
-``writeTo()`` on a catalog table Spark gives the writer no options at all, not even the
-path, so those are refused with a line naming ``save(root)`` and ``write_partitioned``.
+``writeTo()`` on a catalog table Spark gives the writer no table options, not even the
+path (``PythonDataSourceV2.getTable`` drops them), only the statement's own:
+``INSERT INTO t WITH ('path' = ...)``, ``writeTo(t).option('path', ...)``. Without a path
+the error is one line naming those and ``save(root)`` / ``write_partitioned``.
 
 Errors: Spark shows a Python data source's error as the worker's traceback inside its
 own error. Our errors name the partition and the cause in one line, and the writer
@@ -46,13 +51,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from partitioning.errors import InvalidInput, PartitioningError, SpecError
 from partitioning.leases import keep_alive, release_lease, take_lease
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.spec import parse_partition_by
+from partitioning.storage import STORAGE_OPTION_PREFIX, storage_options_from
 from partitioning.tables import check_namespace_root, check_new_root
 from partitioning.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
@@ -64,7 +70,16 @@ from partitioning.write import (
 from pipelines.schema import namespace_schema_from_spark
 from pipelines.spark_errors import hide_worker_traceback
 
-__all__ = ["OVERWRITE_MODES", "SESSION_OVERWRITE_MODE", "WRITE_OPTIONS", "LancePartitionedWriter", "writer_options"]
+__all__ = [
+    "OVERWRITE_MODES",
+    "ROOT_METADATA_KEY",
+    "SESSION_OVERWRITE_MODE",
+    "WRITE_OPTIONS",
+    "LancePartitionedWriter",
+    "root_in_schema",
+    "with_root",
+    "writer_options",
+]
 
 WRITE_OPTIONS = (
     "path",
@@ -78,17 +93,37 @@ WRITE_OPTIONS = (
 OVERWRITE_MODES = ("static", "dynamic")
 SESSION_OVERWRITE_MODE = "spark.sql.sources.partitionOverwriteMode"
 DEFAULT_MAX_OPEN_WRITERS = 32
+# Spark 4.3 gives a catalog table's options to the source only at CREATE TABLE (its
+# PythonDataSourceV2.getTable drops them); later reads get the schema the catalog stored,
+# so the root travels as metadata of that schema's first column.
+ROOT_METADATA_KEY = "lance_partitioned.root"
+
+
+def with_root(schema: StructType, root: str) -> StructType:
+    """``schema`` with ``root`` recorded on its first column (see :data:`ROOT_METADATA_KEY`)."""
+    first, *rest = schema.fields
+    metadata = {**(first.metadata or {}), ROOT_METADATA_KEY: root}
+    return StructType([StructField(first.name, first.dataType, first.nullable, metadata), *rest])
+
+
+def root_in_schema(schema: StructType) -> str | None:
+    """The root :func:`with_root` recorded, if ``schema`` came from a catalog table that has one."""
+    return next((f.metadata[ROOT_METADATA_KEY] for f in schema.fields if ROOT_METADATA_KEY in (f.metadata or {})), None)
 
 
 def writer_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The write options under their canonical names; an unknown one is an error listing them."""
+    """The write options under their canonical names, without the ``storage.<key>`` ones
+    (:func:`partitioning.storage.storage_options_from`); an unknown one is an error listing them."""
     canonical = {name.lower(): name for name in WRITE_OPTIONS}
     out = {}
     for key, value in options.items():
+        if key.lower().startswith(STORAGE_OPTION_PREFIX):
+            continue
         name = canonical.get(key.lower())
         if name is None:
             raise InvalidInput(
-                f"unknown lance_partitioned write option {key!r}; allowed: {', '.join(WRITE_OPTIONS[1:])}"
+                f"unknown lance_partitioned write option {key!r}; allowed: {', '.join(WRITE_OPTIONS[1:])}, "
+                f"{STORAGE_OPTION_PREFIX}<key> (a Lance storage option)"
             )
         out[name] = value
     return out
@@ -159,12 +194,15 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         root = next((v for k, v in options.items() if k.lower() == "path"), None)
         with _reported(f"write to {root}"):
             if not root:
+                hint = root_in_schema(schema) or "<root>"
                 raise SpecError(
-                    "no path: use df.write.format('lance_partitioned').save(root) or "
-                    "pipelines.write_partitioned(df, root); Spark 4.3 gives a Python data source writer no "
-                    "options for INSERT INTO / INSERT OVERWRITE / writeTo() on a catalog table"
+                    "no path: Spark 4.3 gives a Python data source writer no table options for INSERT INTO / "
+                    f"INSERT OVERWRITE / writeTo() on a catalog table; name the root in the statement: "
+                    f"INSERT INTO t WITH ('path' = '{hint}') ..., writeTo(t).option('path', '{hint}'), "
+                    "or use df.write.format('lance_partitioned').save(root) / pipelines.write_partitioned(df, root)"
                 )
             opts = writer_options(options)
+            self.storage_options = storage_options_from(options)
             self.root = root
             self.overwrite = overwrite
             self.write_id = opts.get("write_id")
@@ -179,7 +217,8 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             self.max_rows_per_file = _positive_int(opts, "max_rows_per_file") or DEFAULT_MAX_ROWS_PER_FILE
             max_bytes = _positive_int(opts, "max_bytes_per_file")
             max_open = _positive_int(opts, "max_open_writers") or DEFAULT_MAX_OPEN_WRITERS
-            ns = self._namespace(root, opts, schema)
+            ns = self._namespace(root, opts, schema, self.storage_options)
+            self.root = ns.root  # absolute: the tasks write and the commit reads exactly here
             spec = ns.current_spec
             self.spec_id = spec.spec_id
             self.fields = spec.fields
@@ -188,13 +227,17 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                 ns, max_rows_per_file=self.max_rows_per_file, max_bytes_per_file=max_bytes, max_open_writers=max_open
             )
             # tasks refresh it while they write; commit and abort remove it (a crashed job's lapses)
-            self.lease = take_lease(ns.root, write_id=self.write_id)
+            self.lease = take_lease(ns.root, write_id=self.write_id, storage_options=ns.storage_options)
 
     @staticmethod
-    def _namespace(root: str, opts: Mapping[str, str], schema: StructType) -> PartitionedNamespace:
-        if ManifestStore(root).exists():
-            check_namespace_root(root)
-            ns = PartitionedNamespace.load(root)
+    def _namespace(
+        root: str, opts: Mapping[str, str], schema: StructType, storage_options: Mapping[str, str] | None
+    ) -> PartitionedNamespace:
+        store = ManifestStore(root, storage_options)
+        root = store.root
+        if store.exists():
+            check_namespace_root(root, storage_options)
+            ns = PartitionedNamespace.load(root, storage_options)
             if "partition_by" in opts:
                 wanted = parse_partition_by(_partition_by(opts["partition_by"]), ns.namespace_schema)
                 if [f.signature for f in wanted.fields] != [f.signature for f in ns.current_spec.fields]:
@@ -203,7 +246,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                         "omit option partition_by to write with the current spec"
                     )
             return ns
-        check_new_root(root)
+        check_new_root(root, storage_options)
         if "partition_by" not in opts:
             raise SpecError(
                 f"no namespace at {root}; set .option('partition_by', 'day(ts); country') to create it "
@@ -212,7 +255,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             )
         ns_schema = namespace_schema_from_spark(schema)
         return PartitionedNamespace.create(
-            root, ns_schema, parse_partition_by(_partition_by(opts["partition_by"]), ns_schema)
+            root, ns_schema, parse_partition_by(_partition_by(opts["partition_by"]), ns_schema), storage_options
         )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Messages:
@@ -257,7 +300,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             ours = [m for m in messages if isinstance(m, _Messages)]
             tables = [pa.ipc.open_stream(m.ipc).read_all() for m in ours]
             combined = pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
-            ns = PartitionedNamespace.load(self.root)
+            ns = PartitionedNamespace.load(self.root, self.storage_options)
             commit_write(
                 ns,
                 combined,

@@ -39,6 +39,7 @@ from partitioning.write import (
     part_column,
 )
 from pipelines.schema import namespace_schema_from_spark, spark_schema
+from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.transforms import with_partition_columns
 
@@ -102,16 +103,6 @@ def conform_dataframe(df: DataFrame, schema: NamespaceSchema) -> DataFrame:
 def _spark_errors(root: str) -> Iterator[None]:
     with spark_errors(f"write to {root}"):
         yield
-
-
-@contextmanager
-def _job(df: DataFrame, description: str) -> Iterator[None]:
-    sc = df.sparkSession.sparkContext
-    sc.setJobDescription(description)
-    try:
-        yield
-    finally:
-        sc.setJobDescription(None)  # type: ignore[arg-type]
 
 
 def _resolve_namespace(
@@ -200,12 +191,15 @@ def write_partitioned(
     ``max_open_writers`` partition buffers. A retried job with the same ``write_id``
     never adds its data twice. The driver holds a write lease under ``root`` (refreshed
     by a background thread) from before the tasks run until the commit returns, so a
-    concurrent vacuum keeps the fragments (:mod:`partitioning.leases`).
+    concurrent vacuum keeps the fragments (:mod:`partitioning.leases`). A relative ``root``
+    is made absolute here, and refused on a cluster whose executors do not share this
+    machine's files (:func:`pipelines.session.driver_root`).
     """
     if mode not in WRITE_MODES:
         raise SpecError(f"unknown mode {mode!r}; allowed: {', '.join(WRITE_MODES)}")
     if max_rows_per_file < 1 or max_open_writers < 1:
         raise SpecError("max_rows_per_file and max_open_writers must be at least 1")
+    root = driver_root(df.sparkSession, root)
     ns, effective = _resolve_namespace(df, root, mode, spec, partition_by, schema, storage_options)
     if ns is None:
         return CommitResult(root, mode, None, skipped=effective, write_id=write_id)
@@ -234,9 +228,9 @@ def write_partitioned(
 
     label = root.rstrip("/").rsplit("/", 1)[-1]
     with write_lease(ns.root, ns.storage_options, write_id=write_id):
-        with _spark_errors(root), _job(df, f"lance_partitioned: write fragments ({label})"):
+        with _spark_errors(root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
             messages = keyed.mapInArrow(write_fragments, from_arrow_schema(writer.output_schema)).toArrow()
-        with _job(df, f"lance_partitioned: commit ({label})"):
+        with describe_jobs(df.sparkSession, f"lance_partitioned: commit ({label})"):
             return commit_write(
                 ns,
                 messages,

@@ -5,6 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +95,81 @@ def spark():
     session = build_session("lance-partitioned-tests", master="local[2]")
     yield session
     session.stop()
+
+
+# -- a real S3 API: moto's standalone server ---------------------------------------------------
+S3_BUCKET = "lance-partitioned-tests"
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running ``moto_server``: its endpoint and the Lance storage options that reach it."""
+
+    endpoint: str
+    bucket: str
+
+    @property
+    def options(self) -> dict[str, str]:
+        return {
+            "aws_endpoint": self.endpoint,
+            "aws_region": "us-east-1",
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "allow_http": "true",
+        }
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every object key under ``prefix`` (listed with boto3, independently of this project)."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """``moto_server`` on a free localhost port for the whole run (no network), with one bucket."""
+    exe = Path(sys.executable).parent / "moto_server"
+    if not exe.exists():
+        raise FileNotFoundError(f"{exe} is missing: install the dev extra (moto[server])")
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("w")
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+            break
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"moto_server did not start on port {port}; see {log.name}") from None
+            time.sleep(0.1)
+    server = S3Server(endpoint, S3_BUCKET)
+    server.client().create_bucket(Bucket=S3_BUCKET)
+    yield server
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+@pytest.fixture
+def s3_root(s3_server) -> str:
+    """A fresh ``s3://`` root (a new key prefix) in the test bucket."""
+    return f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}/ns"

@@ -648,6 +648,6 @@ def test_vacuum_and_orphans_accept_a_relative_root(tmp_path, monkeypatch):
     (us,) = [p for p in ns.partitions() if p.values["country"] == "US"]
     assert report.deleted == (
         f"versions {us.uri} 1 (no retained read_version)",
-        f"versions warehouse/rel/__manifest 1-{ns.manifest_version - 1}",
+        f"versions {tmp_path}/warehouse/rel/__manifest 1-{ns.manifest_version - 1}",
     )
     assert _rows(PartitionedNamespace.load("warehouse/rel")) == [(1, "US", 10), (2, "CN", 20), (3, "US", 30)]

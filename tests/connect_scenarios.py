@@ -1,0 +1,308 @@
+"""Every operation and every job on a Spark Connect session, checked against an independent oracle.
+
+Run by tests/test_connect.py in a subprocess (a Connect session cannot start beside a
+classic one) with ``SPARK_REMOTE=local[2]``, so :func:`pipelines.session.build_session`
+starts a local Connect server, in a scratch working directory: every root is relative on
+purpose. Prints one JSON line per check, ``{"label", "got", "want"}``. The expected side is
+computed here in plain Python from the input rows; the stored side is read with pylance
+from the partition datasets, never with this project's readers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from jobs import compact as compact_job
+from jobs import delete as delete_job
+from jobs import demo as demo_job
+from jobs import evolve as evolve_job
+from jobs import ingest as ingest_job
+from jobs import join as join_job
+from jobs import query as query_job
+from jobs import vacuum as vacuum_job
+from partitioning import NamespaceAlreadyExists, PartitionedNamespace
+from pipelines import (
+    compact,
+    delete_rows,
+    drop_partitions,
+    join_partitioned,
+    optimize_manifest,
+    read_partitioned,
+    register_data_source,
+    vacuum,
+    write_partitioned,
+)
+from pipelines.join import join_partitioned_with_plan
+from pipelines.session import build_session, default_parallelism, is_connect
+
+COUNTRIES = ("US", "DE", "FR")
+SCHEMA = "id long, country string, amount long"
+Row = tuple[int, str, int]
+
+
+def check(label: str, got: Any, want: Any) -> None:
+    print(json.dumps({"label": label, "got": got, "want": want}, default=str), flush=True)
+
+
+def rows(ids: Sequence[int], country: str | None = None) -> list[Row]:
+    return [(i, country or COUNTRIES[i % 3], i * 3) for i in ids]
+
+
+def stored(root: str) -> list[Row]:
+    """All rows of the namespace, read with pylance from each partition table at its read_version."""
+    out: list[Row] = []
+    for p in PartitionedNamespace.load(root).partitions():
+        table = lance.dataset(p.uri, version=p.read_version).to_table(columns=["id", "country", "amount"])
+        out.extend(zip(*(table.column(c).to_pylist() for c in ("id", "country", "amount")), strict=True))
+    return sorted(out)
+
+
+def misplaced(root: str) -> list[str]:
+    """Partition tables holding a row of another country (there must be none)."""
+    bad = []
+    for p in PartitionedNamespace.load(root).partitions():
+        countries = set(lance.dataset(p.uri, version=p.read_version).to_table().column("country").to_pylist())
+        if countries - {p.values["country"]}:
+            bad.append(p.object_id)
+    return bad
+
+
+def fragments(root: str) -> int:
+    return sum(
+        len(lance.dataset(p.uri, version=p.read_version).get_fragments())
+        for p in PartitionedNamespace.load(root).partitions()
+    )
+
+
+def ids(df: Any) -> list[int]:
+    return sorted(r[0] for r in df.select("id").collect())
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        yield out, err
+
+
+def job(label: str, main: Callable[[list[str]], int], argv: list[str], status: int = 0) -> str:
+    with quiet() as (out, err):
+        code = main(argv)
+    check(f"job {label}: exit status", code, status)
+    if status:
+        lines = err.getvalue().strip().splitlines()
+        check(f"job {label}: one error line", len(lines), 1)
+    return out.getvalue()
+
+
+def worker_marker(spark: Any) -> str | None:
+    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"m": [os.environ.get("LP_PYTHON_WRAPPER")]})
+
+    return spark.range(1).mapInArrow(probe, "m string").collect()[0][0]
+
+
+def server_job_tags() -> list[str]:
+    """The job tags the local Connect server's Spark recorded (the server runs in this process)."""
+    from pyspark import SparkContext
+
+    jobs = SparkContext._active_spark_context._jsc.sc().statusStore().jobsList(None)
+    return [str(jobs.apply(i).jobTags().mkString(",")) for i in range(jobs.size())]
+
+
+def session_checks(spark: Any) -> None:
+    check("the session is Spark Connect", is_connect(spark), True)
+    check("default parallelism from the master", default_parallelism(spark), 2)
+    check("PYSPARK_SUBMIT_ARGS --conf wins", spark.conf.get("spark.sql.shuffle.partitions"), "5")
+    check("workers run the user's PYSPARK_PYTHON", worker_marker(spark), "wrapped")
+    check("defaults fill what the user did not set", spark.conf.get("spark.sql.session.timeZone"), "UTC")
+
+
+def writes(spark: Any) -> None:
+    root = "rel/orders"
+    first = write_partitioned(spark.createDataFrame(rows(range(30)), SCHEMA), root, partition_by=["country"])
+    check("write creates", (first.rows_written, stored(root)), (30, rows(range(30))))
+    check("a relative root is under the working directory", os.path.isdir("rel/orders/__manifest"), True)
+    write_partitioned(spark.createDataFrame(rows(range(30, 60)), SCHEMA), root)
+    check("write appends", stored(root), rows(range(60)))
+    write_partitioned(spark.createDataFrame(rows(range(100, 104), "US"), SCHEMA), root, mode="overwrite_partitions")
+    want = sorted([r for r in rows(range(60)) if r[1] != "US"] + rows(range(100, 104), "US"))
+    check("overwrite_partitions replaces only the written partitions", stored(root), want)
+    check("rows sit in their own partition", misplaced(root), [])
+    try:
+        write_partitioned(spark.createDataFrame(rows([1]), SCHEMA), root, mode="error")
+        check("mode=error refuses an existing namespace", "no error", "NamespaceAlreadyExists")
+    except NamespaceAlreadyExists:
+        check("mode=error refuses an existing namespace", "NamespaceAlreadyExists", "NamespaceAlreadyExists")
+    skipped = write_partitioned(spark.createDataFrame(rows([1]), SCHEMA), root, mode="ignore")
+    check("mode=ignore skips", (bool(skipped.skipped), stored(root)), (True, want))
+    write_partitioned(spark.createDataFrame(rows(range(200, 212)), SCHEMA), "rel/over", partition_by=["country"])
+    write_partitioned(spark.createDataFrame(rows(range(300, 303), "DE"), SCHEMA), "rel/over", mode="overwrite")
+    check("overwrite replaces everything", stored("rel/over"), rows(range(300, 303), "DE"))
+    tags = server_job_tags()
+    check("write jobs carry their tag", any("lance_partitioned:_write_fragments_orders" in t for t in tags), True)
+    check("tags are removed afterwards", sorted(spark.getTags()), [])
+
+
+def reads(spark: Any) -> None:
+    root = "rel/orders"
+    want = stored(root)
+    got = ids(read_partitioned(spark, root, filter="country = 'DE' AND amount > 30"))
+    check("read_partitioned with a filter", got, sorted(r[0] for r in want if r[1] == "DE" and r[2] > 30))
+    register_data_source(spark)
+    # The format's path is read by the server, whose Python workers run in a per-session
+    # directory: only read_partitioned/write_partitioned resolve a relative root on the client.
+    df = spark.read.format("lance_partitioned").load(os.path.abspath(root))
+    check("format read, where", ids(df.where("country = 'FR'")), sorted(r[0] for r in want if r[1] == "FR"))
+    check("format read, reused", df.count(), len(want))
+    opt = spark.read.format("lance_partitioned").option("filter", "amount < 30").load(os.path.abspath(root))
+    check("format read, filter option", ids(opt), sorted(r[0] for r in want if r[2] < 30))
+
+
+def source_writes(spark: Any) -> None:
+    root = os.path.abspath("rel/source")
+    writer = spark.createDataFrame(rows(range(20)), SCHEMA).write.format("lance_partitioned")
+    writer.mode("append").option("partition_by", "country").save(root)
+    spark.createDataFrame(rows(range(20, 26)), SCHEMA).write.format("lance_partitioned").mode("append").save(root)
+    check("format write: append", stored(root), rows(range(26)))
+    dynamic = spark.createDataFrame(rows(range(40, 42), "DE"), SCHEMA).write.format("lance_partitioned")
+    dynamic.mode("overwrite").option("partitionOverwriteMode", "dynamic").save(root)
+    want = sorted([r for r in rows(range(26)) if r[1] != "DE"] + rows(range(40, 42), "DE"))
+    check("format write: dynamic overwrite", stored(root), want)
+    static = spark.createDataFrame(rows(range(50, 53), "FR"), SCHEMA).write.format("lance_partitioned")
+    static.mode("overwrite").save(root)
+    check("format write: static overwrite", stored(root), rows(range(50, 53), "FR"))
+
+
+def joins(spark: Any) -> None:
+    left = [(k, k * 10) for k in range(40)]
+    right = [(k, f"r{k}") for k in range(20, 60)]
+    write_partitioned(spark.createDataFrame(left, "k long, a long"), "rel/left", partition_by=["bucket[4](k)"])
+    write_partitioned(spark.createDataFrame(right, "k long, b string"), "rel/right", partition_by=["bucket[4](k)"])
+    write_partitioned(spark.createDataFrame(right, "k long, b string"), "rel/right3", partition_by=["bucket[3](k)"])
+    want = sorted((k, a, f"r{k}") for k, a in left if 20 <= k < 60)
+    df, plan = join_partitioned_with_plan(spark, "rel/left", "rel/right", "k")
+    check("storage-partitioned join is used", plan.compatible, True)
+    check("storage-partitioned join rows", sorted(tuple(r) for r in df.collect()), want)
+    fallback = join_partitioned(spark, "rel/left", "rel/right3", "k")
+    check("fallback join rows", sorted(tuple(r) for r in fallback.collect()), want)
+
+
+def maintenance(spark: Any) -> None:
+    root = "rel/small"
+    for start in range(0, 40, 10):
+        write_partitioned(
+            spark.createDataFrame(rows(range(start, start + 10)), SCHEMA),
+            root,
+            partition_by=None if start else ["country"],
+        )
+    check("four appends make four fragments per partition", fragments(root), 12)
+    report = compact(root, spark=spark)
+    check("compact rewrites on the executors", (report.fragments_before, report.fragments_after), (12, 3))
+    check("compact keeps every row", (fragments(root), stored(root)), (3, rows(range(40))))
+    delete_rows(root, "amount > 90 AND country <> 'US'", spark=spark)
+    want = [r for r in rows(range(40)) if not (r[2] > 90 and r[1] != "US")]
+    check("delete_rows (Spark SQL)", stored(root), want)
+    drop_partitions(root, "country = 'FR'", spark=spark)
+    want = [r for r in want if r[1] != "FR"]
+    check("drop_partitions", stored(root), want)
+    vacuum(root, dt.timedelta(0), allow_short_retention=True)
+    check("vacuum keeps what the latest version reads", stored(root), want)
+    optimize_manifest(root)
+    check("optimize_manifest keeps every row", stored(root), want)
+
+
+def jobs(spark: Any) -> None:
+    events = pa.table(
+        {
+            "event_id": pa.array(range(30), pa.int64()),
+            "ts": pa.array(
+                [dt.datetime(2025, 12, 10 + i % 2, tzinfo=dt.UTC) for i in range(30)], pa.timestamp("us", tz="UTC")
+            ),
+            "country": pa.array([("US", "CN")[i % 2] for i in range(30)]),
+            "user_id": pa.array([i * 7 for i in range(30)], pa.int64()),
+        }
+    )
+    os.makedirs("in", exist_ok=True)
+    pq.write_table(events, "in/events.parquet")
+    root = "rel/jobs"
+    job(
+        "ingest",
+        ingest_job.main,
+        ["--root", root, "--input", "in/events.parquet", "--format", "parquet", "--partition-by", "country"],
+    )
+    job("ingest again", ingest_job.main, ["--root", root, "--input", "in/events.parquet", "--format", "parquet"])
+    job(
+        "query",
+        query_job.main,
+        [
+            "--root",
+            root,
+            "--filter",
+            "country = 'US'",
+            "--columns",
+            "event_id",
+            "--output",
+            "out/us",
+            "--output-format",
+            "csv",
+        ],
+    )
+    written = pacsv.read_csv(
+        next(os.path.join("out/us", f) for f in sorted(os.listdir("out/us")) if f.endswith(".csv"))
+    )
+    check("job query output", sorted(written.column("event_id").to_pylist()), sorted(list(range(0, 30, 2)) * 2))
+    job("query bad filter", query_job.main, ["--root", root, "--filter", "country = = 'US'"], status=2)
+    job("compact", compact_job.main, ["--root", root])
+    job("delete", delete_job.main, ["--root", root, "--filter", "event_id < 4"])
+    ns = PartitionedNamespace.load(root)
+    left = sorted(
+        i
+        for p in ns.partitions()
+        for i in lance.dataset(p.uri, version=p.read_version).to_table().column("event_id").to_pylist()
+    )
+    check("jobs ingest, compact, delete", left, sorted([i for i in range(4, 30)] * 2))
+    job("evolve", evolve_job.main, ["add-column", "--root", root, "note:string"])
+    check("job evolve", "note" in PartitionedNamespace.load(root).schema.names, True)
+    job("vacuum", vacuum_job.main, ["--root", root, "--retain-hours", "0", "--allow-short-retention"])
+    job(
+        "join",
+        join_job.main,
+        ["--left", "rel/left", "--right", "rel/right", "--on", "k", "--output", "out/j", "--output-format", "csv"],
+    )
+    joined = sum(pacsv.read_csv(os.path.join("out/j", f)).num_rows for f in os.listdir("out/j") if f.endswith(".csv"))
+    check("job join output rows", joined, 20)
+    job("demo", demo_job.main, ["--root", "rel/demo", "--rows", "300", "--days", "2", "--countries", "2"])
+    ns = PartitionedNamespace.load("rel/demo")
+    check("job demo rows", sum(lance.dataset(p.uri, version=p.read_version).count_rows() for p in ns.partitions()), 300)
+
+
+def main(workdir: str) -> None:
+    os.makedirs(workdir, exist_ok=True)
+    os.chdir(workdir)
+    started = time.perf_counter()
+    spark = build_session("lance_partitioned connect tests", master="local[2]")
+    print(f"connect session: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    for part in (session_checks, writes, reads, source_writes, joins, maintenance, jobs):
+        started = time.perf_counter()
+        part(spark)
+        print(f"{part.__name__}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,181 @@
+"""Where a relative root can mean one place, and what the data source says when it cannot.
+
+A relative root is made absolute on the driver; that is only the executors' place too
+when they run on the driver's machine (``local``, ``local-cluster``). With any other
+master it is refused in one line. A non-local master cannot be started here, so the
+check is tested with master strings (and the data source bound to one), and end to end
+with the real local session, which accepts a relative root.
+
+The data source resolves a relative ``path`` where Spark plans it (on Spark Connect, the
+server), so a missing namespace at a relative path says where it was looked for.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark import cloudpickle
+from pyspark.errors import AnalysisException
+from pyspark.sql import types as T
+
+from partitioning import PartitionedNamespace
+from partitioning.errors import InvalidInput, NamespaceNotFound
+from partitioning.write import write_table
+from pipelines import read_partitioned, register_data_source, write_partitioned
+from pipelines.datasource import LancePartitionedDataSource, PerScanPushdownDataSource, for_master
+from pipelines.maintenance import compact, delete_rows, drop_partitions
+from pipelines.session import check_root_for_master, is_relative_path, session_master
+
+SCHEMA = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("v", pa.int64())]
+)
+SPARK_SCHEMA = "id long, country string, v long"
+SPARK_STRUCT = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("country", T.StringType()),
+        T.StructField("v", T.LongType()),
+    ]
+)
+LOCAL_MASTERS = ["local", "local[2]", "local[*]", "local[4,3]", "local[*, 2]", "local-cluster[2,1,1024]"]
+CLUSTER_MASTERS = ["yarn", "spark://10.0.0.5:7077", "k8s://https://kube.example:6443", "mesos://zk://h:2181/mesos"]
+
+
+def _make(root: str | Path) -> None:
+    ns = PartitionedNamespace.create(str(root), SCHEMA, ["country"])
+    write_table(ns, pa.Table.from_pylist([{"id": 1, "country": "US", "v": 1}, {"id": 2, "country": "CN", "v": 2}]))
+
+
+@pytest.mark.parametrize(
+    ("root", "relative"),
+    [
+        ("rel/events", True),
+        ("./events", True),
+        ("../warehouse/events", True),
+        ("events", True),
+        ("file:rel/events", True),
+        ("/srv/warehouse/events", False),
+        ("~/events", False),
+        ("file:///srv/events", False),
+        ("file:/srv/events", False),
+        ("s3://bucket/events", False),
+        ("gs://bucket/events", False),
+        ("az://container/events", False),
+    ],
+)
+def test_which_roots_are_relative(root, relative):
+    assert is_relative_path(root) is relative
+
+
+@pytest.mark.parametrize("master", LOCAL_MASTERS)
+def test_masters_on_the_drivers_machine_accept_a_relative_root(master):
+    check_root_for_master("rel/events", master)
+
+
+@pytest.mark.parametrize("master", CLUSTER_MASTERS)
+def test_cluster_masters_refuse_a_relative_root_in_one_line(master):
+    with pytest.raises(InvalidInput) as err:
+        check_root_for_master("rel/events", master)
+    assert str(err.value) == (
+        f"relative root 'rel/events' cannot be used with master {master!r}, whose executors do not see this "
+        "machine's files; use a shared URI (s3://, gs://, az://) or an absolute path that every executor mounts"
+    )
+    for shared in ("s3://bucket/events", "/mnt/shared/events", "file:///mnt/shared/events", "~/events"):
+        check_root_for_master(shared, master)
+
+
+def test_an_unknown_master_is_not_refused():
+    check_root_for_master("rel/events", None)
+
+
+def test_the_real_local_session_accepts_a_relative_root(spark, tmp_path, monkeypatch):
+    assert session_master(spark) == "local[2]"
+    monkeypatch.chdir(tmp_path)
+    name = f"rel-{uuid.uuid4().hex[:8]}/events"
+    df = spark.createDataFrame([(1, "US", 1), (2, "CN", 2), (3, "US", 3)], SPARK_SCHEMA)
+    assert write_partitioned(df, name, partition_by=["country"]).root == str(tmp_path / name)
+    assert sorted(tuple(r) for r in read_partitioned(spark, name, filter="country = 'US'").collect()) == [
+        (1, "US", 1),
+        (3, "US", 3),
+    ]
+    assert compact(name, spark=spark).tables == 0
+    assert delete_rows(name, "v = 3", spark=spark).rows == 1
+    assert drop_partitions(name, "country = 'CN'", spark=spark).tables == 1
+    assert [tuple(r) for r in read_partitioned(spark, name).collect()] == [(1, "US", 1)]
+
+
+@pytest.mark.parametrize("source", [LancePartitionedDataSource, PerScanPushdownDataSource])
+def test_the_data_source_bound_to_a_cluster_master_refuses_a_relative_path(source, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _make("rel/ns")
+    yarn = for_master(source, "yarn")
+    assert issubclass(yarn, source) and yarn.name() == "lance_partitioned"
+    with pytest.raises(InvalidInput, match=r"^relative root 'rel/ns' cannot be used with master 'yarn'"):
+        yarn({"path": "rel/ns"}).schema()
+    with pytest.raises(InvalidInput, match=r"^relative root 'rel/new' cannot be used with master 'yarn'"):
+        yarn({"path": "rel/new", "partition_by": "country"}).writer(SPARK_STRUCT, False)
+    assert not (tmp_path / "rel" / "new").exists()
+
+    absolute = yarn({"path": str(tmp_path / "rel" / "ns")})
+    assert absolute.schema().names == ["id", "country", "v"]
+    local = for_master(source, "local-cluster[2,1,1024]")({"path": "rel/ns"})
+    assert local.schema().names == ["id", "country", "v"]
+
+
+def test_the_bound_master_travels_with_the_registered_class():
+    """Spark pickles a registered data source class with cloudpickle; the bound one is not
+    importable by name, so it travels by value, with its master."""
+    bound = for_master(LancePartitionedDataSource, "spark://10.0.0.5:7077")
+    assert for_master(LancePartitionedDataSource, "spark://10.0.0.5:7077") is bound
+    shipped = cloudpickle.loads(cloudpickle.dumps(bound))
+    assert shipped is not LancePartitionedDataSource
+    assert issubclass(shipped, LancePartitionedDataSource)
+    assert shipped.session_master == "spark://10.0.0.5:7077"
+    assert LancePartitionedDataSource.session_master is None
+
+
+def _jvm_working_directory(spark) -> str:
+    """Where the driver JVM (and so the planner's Python workers) runs."""
+    return str(spark.sparkContext._jvm.System.getProperty("user.dir"))
+
+
+def test_a_missing_relative_path_says_where_the_source_resolved_it(spark, tmp_path):
+    register_data_source(spark)
+    top = f"rel-{uuid.uuid4().hex[:8]}"
+    rel = f"{top}/missing"
+    where = os.path.join(_jvm_working_directory(spark), rel)
+    expected = (
+        f"relative path {rel!r} was resolved on the Spark server as {where!r}, which holds no namespace; "
+        "use an absolute path or URI (read_partitioned/write_partitioned resolve on the client)"
+    )
+    with pytest.raises(AnalysisException) as err:
+        spark.read.format("lance_partitioned").load(rel)
+    assert f"partitioning.errors.NamespaceNotFound: {expected}" in str(err.value)
+    assert "Traceback" not in str(err.value)
+
+    df = spark.createDataFrame([(1, "US", 1)], SPARK_SCHEMA)
+    with pytest.raises(Exception, match=r"partitioning\.errors\.NamespaceNotFound: relative path") as err:
+        df.write.format("lance_partitioned").mode("append").save(rel)
+    assert expected in str(err.value)
+    assert not os.path.exists(os.path.join(_jvm_working_directory(spark), top))
+
+    absolute = str(tmp_path / "missing")
+    with pytest.raises(AnalysisException) as err:
+        spark.read.format("lance_partitioned").load(absolute)
+    assert "NamespaceNotFound" in str(err.value) and "relative path" not in str(err.value)
+
+
+def test_a_relative_path_with_no_namespace_in_process(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NamespaceNotFound) as err:
+        LancePartitionedDataSource({"path": "rel/none"}).schema()
+    assert str(err.value) == (
+        f"relative path 'rel/none' was resolved on the Spark server as '{tmp_path}/rel/none', which holds no "
+        "namespace; use an absolute path or URI (read_partitioned/write_partitioned resolve on the client)"
+    )
+    _make("rel/ns")
+    assert LancePartitionedDataSource({"path": "rel/ns"}).schema().names == ["id", "country", "v"]
