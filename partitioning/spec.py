@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +30,9 @@ from partitioning.transforms import (
     transform_from_json,
 )
 
-__all__ = ["PartitionField", "PartitionSpec", "parse_partition_by"]
+__all__ = ["PartitionField", "PartitionSpec", "parse_partition_by", "time_hierarchy_gaps"]
+
+_log = logging.getLogger(__name__)
 
 _FIELD_ID_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _TypeLike: TypeAlias = pa.DataType | Mapping[str, Any] | str
@@ -386,4 +390,43 @@ def parse_partition_by(exprs: Sequence[str], schema: NamespaceSchema, *, spec_id
         )
     spec = PartitionSpec(spec_id, fields)
     spec.validate(schema)
+    for line in time_hierarchy_gaps(spec.fields, schema):
+        _log.warning("%s", line)
     return spec
+
+
+# month is 1-12, day the day of the month (1-31), hour 0-23: each repeats unless the
+# next coarser part of the same column is a partition field too.
+_TIME_PARTS = ("year", "month", "day", "hour")
+_REPEATS = {
+    "month": "every year's December",
+    "day": "the 10th of every month",
+    "hour": "the 13:00 hour of every day",
+}
+_MEANING = {"month": "1-12", "day": "the day of the month, 1-31", "hour": "0-23"}
+
+
+def time_hierarchy_gaps(fields: Sequence[PartitionField], schema: NamespaceSchema) -> list[str]:
+    """One line per column whose month/day/hour field lacks the next coarser part (month
+    without year, day without month, hour without day), which puts rows that are far apart
+    in time into one partition; a column that is also an identity field is exact and skipped."""
+    parts: dict[int, set[str]] = {}
+    for f in fields:
+        if f.transform is not None and len(f.source_ids) == 1:
+            parts.setdefault(f.source_ids[0], set()).add(f.transform.name)
+    lines = []
+    for source_id, names in parts.items():
+        if "identity" in names:
+            continue
+        source = schema.top_level_field_by_id(source_id)
+        col = source.name if source is not None else f"field {source_id}"
+        for coarser, part in itertools.pairwise(_TIME_PARTS):
+            if part in names and coarser not in names:
+                finest = max(_TIME_PARTS.index(n) for n in names if n in _TIME_PARTS)
+                chain = ", ".join(f"{p}({col})" for p in _TIME_PARTS[: finest + 1])
+                lines.append(
+                    f"partition spec: {part}({col}) without {coarser}({col}) puts {_REPEATS[part]} into one "
+                    f"partition ({part} is {_MEANING[part]}); partition by {chain} instead"
+                )
+                break
+    return lines
