@@ -304,8 +304,8 @@ class _Lance:
             lits = [self._literal(v, t) for v in leaf.values if v is not None]
             if any(x is None for x in lits):
                 return None
-            if not lits:
-                return "FALSE"
+            if not lits:  # binding drops literals no value of the column equals
+                return f"({name} IS NOT NULL)" if negated else "FALSE"
             body = f"{name} IN ({', '.join(str(x) for x in lits)})"
             return f"({name} IS NOT NULL AND NOT {body})" if negated else f"({body})"
         if isinstance(leaf, Like) and leaf.kind == "starts" and not negated:

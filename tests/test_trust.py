@@ -183,6 +183,20 @@ def test_the_exact_filter_option_treats_minus_zero_as_zero_in_in_lists(spark: Sp
         assert got == ids(src.where(f)), f
 
 
+def test_not_in_a_literal_the_column_cannot_hold_keeps_every_non_null_row(spark: SparkSession, tmp_path: Path) -> None:
+    """``dsm NOT IN (-0.00015)`` on decimal(10,4): binding drops the literal (no value equals
+    it), and the Lance scan filter of ``NOT IN ()`` must be ``IS NOT NULL``, not FALSE
+    (found by the slow differential run: read_partitioned returned no rows)."""
+    root = str(tmp_path / "ns")
+    schema = pa.schema([("id", pa.int64()), ("dsm", pa.decimal128(10, 4))])
+    values = [decimal.Decimal("-99.5000"), decimal.Decimal("1.2500"), decimal.Decimal("-0.0001"), None]
+    ns = PartitionedNamespace.create(root, schema, ["truncate[50](dsm)"])
+    write_table(ns, pa.table({"id": list(range(4)), "dsm": values}, schema=schema))
+    src = spark.createDataFrame(list(enumerate(values)), "id long, dsm decimal(10,4)")
+    for f in ["dsm NOT IN (-0.00015)", "dsm NOT IN (-0.00015) OR dsm <=> NULL", "dsm IN (-0.00015)"]:
+        assert ids(read_partitioned(spark, root, filter=f)) == ids(src.where(f)), f
+
+
 # -- 4: decimals of 38 digits -----------------------------------------------------------------------
 
 
