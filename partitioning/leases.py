@@ -33,7 +33,8 @@ from typing import TypeAlias
 
 import pyarrow.fs as pafs
 
-from partitioning.manifest import filesystem_of, join_uri
+from partitioning.errors import PartitioningError
+from partitioning.manifest import contained, filesystem_of, join_uri
 from partitioning.storage import resolve_root
 
 Options: TypeAlias = Mapping[str, str] | None
@@ -100,9 +101,8 @@ class _Heartbeat:
         ref: LeaseRef | None = None,
         storage_options: Options = None,
     ) -> None:
-        self.uri = (
-            ref.uri if ref else join_uri(join_uri(resolve_root(root), LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
-        )
+        self.root = ref.root if ref else resolve_root(root)
+        self.uri = ref.uri if ref else join_uri(join_uri(self.root, LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
         self.storage_options = dict(ref.storage_options) if ref else dict(storage_options or {})
         self.fs, self.path = filesystem_of(self.uri, self.storage_options)
         self.write_id = ref.write_id if ref else write_id
@@ -167,7 +167,12 @@ class _Heartbeat:
 
     def remove(self) -> None:
         try:
-            self.fs.delete_file(self.path)
+            contained(self.root, self.uri)
+        except PartitioningError as exc:
+            _log.warning("write lease %s left in place: %s", self.uri, exc)
+            return
+        try:
+            self.fs.delete_file(self.path)  # inside-root: contained() above
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -214,6 +219,7 @@ class LeaseRef:
     stored: dt.datetime | None
     write_id: str | None
     storage_options: tuple[tuple[str, str], ...] = ()
+    root: str = ""
 
 
 def take_lease(root: str, *, write_id: str | None = None, storage_options: Options = None) -> LeaseRef | None:
@@ -227,7 +233,7 @@ def take_lease(root: str, *, write_id: str | None = None, storage_options: Optio
         _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
         return None
     options = tuple(sorted(beat.storage_options.items()))
-    return LeaseRef(beat.uri, beat.started, beat.stored, beat.write_id, options)
+    return LeaseRef(beat.uri, beat.started, beat.stored, beat.write_id, options, beat.root)
 
 
 @contextmanager

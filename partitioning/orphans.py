@@ -189,7 +189,7 @@ def delete_files(root: str, uris: Iterable[str], storage_options: Mapping[str, s
         fs, path = filesystem_of(uri, storage_options)
         with translate_lance_errors(f"vacuum {root}: delete {uri}"):
             try:
-                fs.delete_file(path)
+                fs.delete_file(path)  # inside-root: contained() above
             except FileNotFoundError:
                 pass
     return refused
@@ -209,6 +209,6 @@ def remove_empty_dirs(root: str, uris: Iterable[str], storage_options: Mapping[s
             if isinstance(fs, pafs.LocalFileSystem):
                 os.rmdir(path)
             elif not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
-                fs.delete_dir(path)
+                fs.delete_dir(path)  # inside-root: contained() above
         except (PartitioningError, OSError):
             continue

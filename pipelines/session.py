@@ -8,7 +8,7 @@ existing session always wins. ``SPARK_REMOTE`` (``local[2]`` or ``sc://host``) m
 Spark Connect session. Jobs run under ``spark-submit`` (which supplies the master); tests
 pass ``master="local[2]"``.
 
-Spark Connect has no ``sparkContext``: library code calls :func:`describe_jobs`,
+Spark Connect has no driver-side context object: library code calls :func:`describe_jobs`,
 :func:`default_parallelism` and :func:`register_once`, whose classic-only branches are the
 only places that touch it.
 
@@ -175,7 +175,7 @@ def user_conf() -> dict[str, str]:
 
 
 def is_connect(spark: Any) -> bool:
-    """Whether ``spark`` is a Spark Connect session (it has no ``sparkContext``)."""
+    """Whether ``spark`` is a Spark Connect session (it has no driver-side context object)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
@@ -191,7 +191,7 @@ def active_session() -> SparkSession | None:
     if SparkContext._active_spark_context is None:
         return None
     session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    if session is None or session._sc._jsc is None:
+    if session is None or session._sc._jsc is None:  # classic-only (Connect returned above)
         return None
     return session
 
@@ -291,7 +291,7 @@ def build_session(
                 builder = builder.config(key, value)
         spark = builder.getOrCreate()
     if not is_connect(spark) and not _own_log_config(user):
-        spark.sparkContext.setLogLevel("WARN")
+        spark.sparkContext.setLogLevel("WARN")  # classic-only (guarded by is_connect)
     return spark
 
 
@@ -305,7 +305,7 @@ def describe_jobs(spark: SparkSession, description: str) -> Iterator[None]:
     ``description``), and on classic Spark also the UI's job description."""
     tag = _tag(description)
     spark.addTag(tag)
-    sc = None if is_connect(spark) else spark.sparkContext
+    sc = None if is_connect(spark) else spark.sparkContext  # classic-only (guarded by is_connect)
     previous = sc.getLocalProperty("spark.job.description") if sc is not None else None
     if sc is not None:
         sc.setJobDescription(description)
@@ -321,7 +321,7 @@ def default_parallelism(spark: SparkSession) -> int | None:
     """The cluster's task slots: ``defaultParallelism`` on classic Spark; on Connect
     ``spark.default.parallelism`` or what a ``local``/``local-cluster`` master says (None if unknown)."""
     if not is_connect(spark):
-        return int(spark.sparkContext.defaultParallelism)
+        return int(spark.sparkContext.defaultParallelism)  # classic-only (guarded by is_connect)
     configured = spark.conf.get("spark.default.parallelism", None)
     if configured:
         return int(configured)
