@@ -35,7 +35,6 @@ source that prunes with them too.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import urllib.parse
@@ -54,7 +53,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.storage import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
 from pipelines.read import read_schema
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE, LancePartitionedReader, PerScanPushdownReader
-from pipelines.session import check_root_for_master, is_relative_path, session_master
+from pipelines.session import check_source_root, is_relative_path, register_bound
 from pipelines.source_writer import LancePartitionedWriter, root_in_schema, with_root
 from pipelines.spark_errors import hide_worker_traceback
 
@@ -85,24 +84,12 @@ LAST_SHARED_PLAN_VERSION = (4, 3, 0)
 
 def register_data_source(spark: SparkSession) -> None:
     """Make ``format("lance_partitioned")`` available in this session (registered once per
-    session, classic or Spark Connect: :func:`pipelines.session.register_once`)."""
-    from pipelines.session import register_once
-
-    master = session_master(spark)
+    session, classic or Spark Connect, bound to its master: :func:`pipelines.session.register_bound`)."""
     if pushdown_is_per_scan(spark):
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-        register_once(spark, for_master(PerScanPushdownDataSource, master))
+        register_bound(spark, PerScanPushdownDataSource)
     else:
-        register_once(spark, for_master(LancePartitionedDataSource, master))
-
-
-@functools.cache
-def for_master(source: type[LancePartitionedDataSource], master: str | None) -> type[LancePartitionedDataSource]:
-    """``source`` knowing the session's master. The source runs in Spark's planner worker,
-    which cannot ask the session; this subclass (pickled by value when registered, as it is
-    not importable by name) carries it there."""
-    attrs = {"__module__": source.__module__, "__qualname__": source.__qualname__, "session_master": master}
-    return type(source.__name__, (source,), attrs)
+        register_bound(spark, LancePartitionedDataSource)
 
 
 def relative_path_missing(path: str) -> str:
@@ -133,7 +120,9 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 class LancePartitionedDataSource(DataSource):
     reader_class: type[LancePartitionedReader] = LancePartitionedReader
-    session_master: ClassVar[str | None] = None  # set by register_data_source (for_master)
+    # Set by register_data_source (pipelines.session.session_bound).
+    session_master: ClassVar[str | None] = None
+    session_connect: ClassVar[bool] = False
 
     @classmethod
     def name(cls) -> str:
@@ -148,7 +137,7 @@ class LancePartitionedDataSource(DataSource):
         root = options.get("path") or (root_in_schema(schema) if schema is not None else None)
         if not root:
             raise SpecError("load(path) is required: the namespace root")
-        check_root_for_master(root, self.session_master)
+        check_source_root(root, self.session_master, self.session_connect)
         version = options.get("versionasof")
         if version is not None:
             try:
@@ -188,7 +177,7 @@ class LancePartitionedDataSource(DataSource):
         path = options.get("path")
         with _one_line():
             if path:
-                check_root_for_master(path, self.session_master)
+                check_source_root(path, self.session_master, self.session_connect)
             try:
                 return LancePartitionedWriter(dict(self.options), schema, overwrite)
             except SpecError as exc:

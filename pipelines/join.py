@@ -29,7 +29,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -58,7 +58,7 @@ from partitioning.storage import storage_option_pairs, storage_options_from
 from pipelines.read import TableSlice, dialect_options, read_partitioned, read_table, session_dialect
 from pipelines.reader import dialect_from_options
 from pipelines.schema import spark_schema
-from pipelines.session import default_parallelism, driver_root, register_once
+from pipelines.session import check_source_root, default_parallelism, driver_root, register_bound
 
 __all__ = ["LancePartitionedJoinDataSource", "join_partitioned", "join_partitioned_with_plan"]
 
@@ -161,7 +161,7 @@ def join_partitioned_with_plan(
             lhs, rhs = _suffixed(lhs, shared, plan.on, pair[0]), _suffixed(rhs, shared, plan.on, pair[1])
         return lhs.join(rhs, on=list(plan.on), how=plan.how), plan
     log.info(plan.summary)
-    register_once(spark, LancePartitionedJoinDataSource)
+    register_bound(spark, LancePartitionedJoinDataSource)
     options = {
         "max_partitions": str(_default_partitions(spark)),
         "left": left_root,
@@ -285,16 +285,26 @@ class LancePartitionedJoinDataSource(DataSource):
     sides; :func:`join_partitioned` chooses between it and Spark's join.
     """
 
+    # Set by join_partitioned's registration (pipelines.session.session_bound).
+    session_master: ClassVar[str | None] = None
+    session_connect: ClassVar[bool] = False
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> StructType:
+    def _options(self) -> _JoinOptions:
         opts = _JoinOptions.parse(self.options)
+        for root in (opts.left, opts.right):
+            check_source_root(root, self.session_master, self.session_connect)
+        return opts
+
+    def schema(self) -> StructType:
+        opts = self._options()
         return spark_schema(opts.output(*opts.namespaces())[2])
 
     def reader(self, schema: StructType) -> LancePartitionedJoinReader:
-        return LancePartitionedJoinReader(_JoinOptions.parse(self.options))
+        return LancePartitionedJoinReader(self._options())
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ directory (``local``, ``local-cluster``); with any other master :func:`driver_ro
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -27,7 +28,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
@@ -39,6 +40,7 @@ __all__ = [
     "active_session",
     "build_session",
     "check_root_for_master",
+    "check_source_root",
     "conf_to_apply",
     "default_parallelism",
     "describe_jobs",
@@ -46,7 +48,9 @@ __all__ = [
     "is_connect",
     "is_relative_path",
     "read_spark_defaults",
+    "register_bound",
     "register_once",
+    "session_bound",
     "session_conf",
     "session_master",
     "user_conf",
@@ -63,6 +67,7 @@ _SUBMIT_FLAGS = {
     "--name": "spark.app.name",
 }
 _MARKER = "spark.lance_partitioned.dataSource."
+_S = TypeVar("_S", bound=type)
 # The JVM prints this for the --add-modules=jdk.incubator.vector that Spark's launcher always
 # passes; no JVM flag turns it off (JDK 17 ModuleBootstrap.checkIncubatingStatus), so the
 # stderr of a JVM this process starts goes through this filter.
@@ -404,6 +409,39 @@ def check_root_for_master(root: str, master: str | None) -> None:
         "machine's files; use a shared URI (s3://, gs://, az://) or an absolute path that every "
         "executor mounts"
     )
+
+
+def check_source_root(root: str, master: str | None, connect: bool) -> None:
+    """:func:`check_root_for_master`, and on Spark Connect refuse any relative ``root``: a
+    data source resolves its path on the server, in a per-session directory the client
+    never sees (only :func:`driver_root`, called on the client, can resolve it there)."""
+    if connect and is_relative_path(root):
+        raise InvalidInput(
+            f"relative path {root!r} cannot be used with a data source on Spark Connect: the server would "
+            "resolve it in its own session directory, not the client's; pass an absolute path or URI, or use "
+            "read_partitioned/write_partitioned, which resolve it on the client"
+        )
+    check_root_for_master(root, master)
+
+
+@functools.cache
+def session_bound(source: type[_S], master: str | None, connect: bool = False) -> type[_S]:
+    """``source`` knowing the session's master and whether the session is Spark Connect.
+    A data source runs in Spark's planner worker, which cannot ask the session; this
+    subclass (pickled by value when registered, as it is not importable by name) carries
+    both there as ``session_master`` and ``session_connect``."""
+    attrs = {
+        "__module__": source.__module__,
+        "__qualname__": source.__qualname__,
+        "session_master": master,
+        "session_connect": connect,
+    }
+    return type(source.__name__, (source,), attrs)
+
+
+def register_bound(spark: SparkSession, source: type) -> None:
+    """:func:`register_once` of ``source`` bound to ``spark`` (:func:`session_bound`)."""
+    register_once(spark, session_bound(source, session_master(spark), is_connect(spark)))
 
 
 def driver_root(spark: SparkSession, root: str) -> str:

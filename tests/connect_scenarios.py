@@ -173,6 +173,41 @@ def reads(spark: Any) -> None:
     check("format read, filter option", ids(opt), sorted(r[0] for r in want if r[2] < 30))
 
 
+def refusal(action: Callable[[], Any]) -> str:
+    """The first line of the error ``action`` raises, without Spark's error class prefix."""
+    try:
+        action()
+    except Exception as exc:
+        lines = [line for line in str(exc).splitlines() if "relative path" in line]
+        return lines[0].split("InvalidInput: ", 1)[-1] if lines else str(exc).splitlines()[0]
+    return "no error"
+
+
+def relative_source_paths(spark: Any) -> None:
+    """The server plans a data source in its own session directory: a relative path there is
+    refused, not resolved somewhere the client never looks (it used to create the namespace
+    under /tmp/spark-*/userFiles-*). Runs after joins, which registers the join format."""
+    register_data_source(spark)
+    want = (
+        "relative path 'rel/orders' cannot be used with a data source on Spark Connect: the server would "
+        "resolve it in its own session directory, not the client's; pass an absolute path or URI, or use "
+        "read_partitioned/write_partitioned, which resolve it on the client"
+    )
+    check(
+        "format load of a relative path",
+        refusal(lambda: spark.read.format("lance_partitioned").load("rel/orders").count()),
+        want,
+    )
+    df = spark.createDataFrame(rows(range(3)), SCHEMA)
+    new = df.write.format("lance_partitioned").mode("append").option("partition_by", "country")
+    check("format save to a new relative path", refusal(lambda: new.save("rel/orders")), want)
+    join = spark.read.format("lance_partitioned_join").options(
+        left="rel/orders", right=os.path.abspath("rel/orders"), on='["id"]'
+    )
+    check("join format with a relative side", refusal(lambda: join.load().count()), want)
+    check("nothing was written", stored("rel/orders") == stored(os.path.abspath("rel/orders")), True)
+
+
 def source_writes(spark: Any) -> None:
     root = os.path.abspath("rel/source")
     writer = spark.createDataFrame(rows(range(20)), SCHEMA).write.format("lance_partitioned")
@@ -297,7 +332,7 @@ def main(workdir: str) -> None:
     started = time.perf_counter()
     spark = build_session("lance_partitioned connect tests", master="local[2]")
     print(f"connect session: {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    for part in (session_checks, writes, reads, source_writes, joins, maintenance, jobs):
+    for part in (session_checks, writes, reads, source_writes, joins, relative_source_paths, maintenance, jobs):
         started = time.perf_counter()
         part(spark)
         print(f"{part.__name__}: {time.perf_counter() - started:.1f} s", file=sys.stderr)

@@ -26,9 +26,10 @@ from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, NamespaceNotFound
 from partitioning.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
-from pipelines.datasource import LancePartitionedDataSource, PerScanPushdownDataSource, for_master
+from pipelines.datasource import LancePartitionedDataSource, PerScanPushdownDataSource
+from pipelines.join import LancePartitionedJoinDataSource
 from pipelines.maintenance import compact, delete_rows, drop_partitions
-from pipelines.session import check_root_for_master, is_relative_path, session_master
+from pipelines.session import check_root_for_master, is_relative_path, session_bound, session_master
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("v", pa.int64())]
@@ -112,7 +113,7 @@ def test_the_real_local_session_accepts_a_relative_root(spark, tmp_path, monkeyp
 def test_the_data_source_bound_to_a_cluster_master_refuses_a_relative_path(source, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _make("rel/ns")
-    yarn = for_master(source, "yarn")
+    yarn = session_bound(source, "yarn")
     assert issubclass(yarn, source) and yarn.name() == "lance_partitioned"
     with pytest.raises(InvalidInput, match=r"^relative root 'rel/ns' cannot be used with master 'yarn'"):
         yarn({"path": "rel/ns"}).schema()
@@ -122,20 +123,67 @@ def test_the_data_source_bound_to_a_cluster_master_refuses_a_relative_path(sourc
 
     absolute = yarn({"path": str(tmp_path / "rel" / "ns")})
     assert absolute.schema().names == ["id", "country", "v"]
-    local = for_master(source, "local-cluster[2,1,1024]")({"path": "rel/ns"})
+    local = session_bound(source, "local-cluster[2,1,1024]")({"path": "rel/ns"})
     assert local.schema().names == ["id", "country", "v"]
 
 
 def test_the_bound_master_travels_with_the_registered_class():
     """Spark pickles a registered data source class with cloudpickle; the bound one is not
-    importable by name, so it travels by value, with its master."""
-    bound = for_master(LancePartitionedDataSource, "spark://10.0.0.5:7077")
-    assert for_master(LancePartitionedDataSource, "spark://10.0.0.5:7077") is bound
+    importable by name, so it travels by value, with its master and whether it is Connect."""
+    bound = session_bound(LancePartitionedDataSource, "spark://10.0.0.5:7077", True)
+    assert session_bound(LancePartitionedDataSource, "spark://10.0.0.5:7077", True) is bound
     shipped = cloudpickle.loads(cloudpickle.dumps(bound))
     assert shipped is not LancePartitionedDataSource
     assert issubclass(shipped, LancePartitionedDataSource)
-    assert shipped.session_master == "spark://10.0.0.5:7077"
-    assert LancePartitionedDataSource.session_master is None
+    assert (shipped.session_master, shipped.session_connect) == ("spark://10.0.0.5:7077", True)
+    assert (LancePartitionedDataSource.session_master, LancePartitionedDataSource.session_connect) == (None, False)
+
+
+CONNECT_REFUSAL = (
+    r"^relative path 'rel/ns' cannot be used with a data source on Spark Connect: the server would resolve it "
+    r"in its own session directory, not the client's; pass an absolute path or URI, or use "
+    r"read_partitioned/write_partitioned, which resolve it on the client$"
+)
+
+
+@pytest.mark.parametrize("source", [LancePartitionedDataSource, PerScanPushdownDataSource])
+def test_the_data_source_on_connect_refuses_any_relative_path(source, tmp_path, monkeypatch):
+    """On Spark Connect the server plans the source in its own per-session directory (a
+    relative save() used to create the namespace under /tmp/spark-*/userFiles-*), even
+    with a local master."""
+    monkeypatch.chdir(tmp_path)
+    _make("rel/ns")
+    connect = session_bound(source, "local[2]", True)
+    with pytest.raises(InvalidInput, match=CONNECT_REFUSAL):
+        connect({"path": "rel/ns"}).schema()
+    with pytest.raises(InvalidInput, match=CONNECT_REFUSAL.replace("rel/ns", "rel/new")):
+        connect({"path": "rel/new", "partition_by": "country"}).writer(SPARK_STRUCT, False)
+    assert not (tmp_path / "rel" / "new").exists()
+    assert connect({"path": str(tmp_path / "rel" / "ns")}).schema().names == ["id", "country", "v"]
+    assert session_bound(source, "local[2]", False)({"path": "rel/ns"}).schema().names == ["id", "country", "v"]
+
+
+def test_the_join_source_checks_both_roots_like_the_table_source(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _make("rel/ns")
+    _make(tmp_path / "abs")
+    absolute = str(tmp_path / "abs")
+
+    def options(left: str, right: str) -> dict[str, str]:
+        return {"left": left, "right": right, "on": '["id", "country"]', "suffixes": '["_l", "_r"]'}
+
+    on_yarn = session_bound(LancePartitionedJoinDataSource, "yarn", False)
+    with pytest.raises(InvalidInput, match=r"^relative root 'rel/ns' cannot be used with master 'yarn'"):
+        on_yarn(options(absolute, "rel/ns")).schema()
+    on_connect = session_bound(LancePartitionedJoinDataSource, "local[2]", True)
+    with pytest.raises(InvalidInput, match=CONNECT_REFUSAL):
+        on_connect(options("rel/ns", absolute)).reader(T.StructType())
+    want = ["id", "country", "v_l", "v_r"]
+    assert on_connect(options(absolute, absolute)).schema().names == want
+    assert (
+        session_bound(LancePartitionedJoinDataSource, "local[2]", False)(options("rel/ns", absolute)).schema().names
+        == want
+    )
 
 
 def _jvm_working_directory(spark) -> str:
