@@ -276,6 +276,11 @@ class NamespaceSchema:
     arrow: pa.Schema
     next_field_id: int
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pyarrow's pickle drops a fixed-size list's child field metadata (its field id);
+        # the IPC form keeps every field's metadata.
+        return _schema_from_ipc, (self.arrow.serialize().to_pybytes(), self.next_field_id)
+
     @classmethod
     def from_arrow(cls, schema: pa.Schema, next_field_id: int | None = None) -> NamespaceSchema:
         """Assign ids depth-first, pre-order, to every field that lacks one."""
@@ -411,6 +416,10 @@ class NamespaceSchema:
         check_widening(name, f.type, new_type)
         idx = self.arrow.get_field_index(name)
         return NamespaceSchema(self.arrow.set(idx, f.with_type(new_type)), self.next_field_id)
+
+
+def _schema_from_ipc(data: bytes, next_field_id: int) -> NamespaceSchema:
+    return NamespaceSchema(pa.ipc.read_schema(pa.py_buffer(data)), next_field_id)
 
 
 _INT_ORDER = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]

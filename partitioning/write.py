@@ -51,6 +51,15 @@ from partitioning.tables import (
     write_new_fragments,
 )
 from partitioning.transforms import canonical_float
+from partitioning.vectors import (
+    as_lists,
+    is_ml_vector_type,
+    is_vector_type,
+    length_error,
+    to_vectors,
+    vector_dimension,
+    wrong_lengths,
+)
 
 __all__ = [
     "CommitResult",
@@ -58,6 +67,7 @@ __all__ = [
     "WriteMode",
     "add_partition_columns",
     "already_committed",
+    "check_rejected",
     "commit_write",
     "conform_table",
     "message_schema",
@@ -68,6 +78,9 @@ WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
 WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "overwrite_partitions", "error", "ignore")
 DEFAULT_MAX_ROWS_PER_FILE = 1_048_576
 PART_PREFIX = "__part_"
+# A message row with this column set reports rows a task refused ({column: count}, JSON)
+# instead of fragments; the driver then refuses the whole write (:func:`check_rejected`).
+REJECTED = "rejected"
 
 
 def part_column(field_id: str) -> str:
@@ -83,6 +96,7 @@ def message_schema(part_fields: Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
             pa.field("fragments", pa.string(), nullable=False),
             pa.field("num_rows", pa.int64(), nullable=False),
             *[pa.field(part_column(fid), t) for fid, t in part_fields],
+            pa.field(REJECTED, pa.string()),
         ]
     )
 
@@ -151,10 +165,25 @@ class FragmentWriter:
     def data_schema(self) -> pa.Schema:
         return self.schema.dataset_arrow
 
+    @cached_property
+    def vector_columns(self) -> tuple[tuple[str, int], ...]:
+        """(name, dimension) of every vector column."""
+        return tuple((f.name, vector_dimension(f.type)) for f in self.data_schema if is_vector_type(f.type))
+
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Fragments for ``batches``; once a vector of the wrong length is seen, the task
+        writes nothing more, counts the wrong rows to the end and reports them instead."""
         buffers: OrderedDict[PartitionKey, _Buffer] = OrderedDict()
+        rejected: dict[str, int] = {}
         for batch in batches:
             if batch.num_rows == 0:
+                continue
+            for name, dimension in self.vector_columns:
+                bad = wrong_lengths(batch.column(name), dimension) if name in batch.schema.names else 0
+                if bad:
+                    rejected[name] = rejected.get(name, 0) + bad
+            if rejected:
+                buffers.clear()
                 continue
             for key, part in self._split(pa.Table.from_batches([batch])):
                 buf = buffers.pop(key, None) or _Buffer()
@@ -165,6 +194,9 @@ class FragmentWriter:
                 while len(buffers) > self.max_open_writers:
                     old_key, old = buffers.popitem(last=False)
                     yield self._flush(old_key, old)
+        if rejected:
+            yield self._rejected(rejected)
+            return
         while buffers:
             key, buf = buffers.popitem(last=False)
             yield self._flush(key, buf)
@@ -188,9 +220,18 @@ class FragmentWriter:
 
     def _data(self, table: pa.Table) -> pa.Table:
         try:
-            return table.select(self.data_schema.names).cast(self.data_schema)
+            table = table.select(self.data_schema.names)
+            for name, _ in self.vector_columns:
+                f = self.data_schema.field(name)
+                i = table.schema.get_field_index(name)
+                table = table.set_column(i, f, to_vectors(table.column(i), f.type, name))
+            return table.cast(self.data_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
             raise SchemaError(f"batch does not fit the namespace schema: {exc}") from exc
+
+    def _rejected(self, counts: Mapping[str, int]) -> pa.RecordBatch:
+        row = {"object_id": "", "location": "", "fragments": "[]", "num_rows": 0, REJECTED: json.dumps(counts)}
+        return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
 
     def _flush(self, key: PartitionKey, buf: _Buffer) -> pa.RecordBatch:
         data = pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]
@@ -271,6 +312,23 @@ class _Pending:
     location: str
     fragments: list[FragmentMetadata]
     rows: int
+
+
+def check_rejected(messages: pa.Table, schema: NamespaceSchema) -> pa.Table:
+    """The fragment messages, after refusing the write if any task reported rejected rows."""
+    if REJECTED not in messages.column_names:
+        return messages
+    reports = messages.column(REJECTED)
+    if reports.null_count == len(reports):
+        return messages
+    totals: dict[str, int] = {}
+    for text in reports.drop_null().to_pylist():
+        for name, count in json.loads(text).items():
+            totals[name] = totals.get(name, 0) + int(count)
+    errors = [length_error(name, vector_dimension(schema.field_by_name(name).type), n) for name, n in totals.items()]
+    if len(errors) == 1:
+        raise errors[0]
+    raise SchemaError("; ".join(str(e) for e in errors))
 
 
 def _group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, _Pending]:
@@ -367,8 +425,8 @@ def commit_write(
     if mode not in ("append", "overwrite", "overwrite_partitions"):
         raise SchemaError(f"unknown write mode {mode!r}; allowed: append, overwrite, overwrite_partitions")
     spec = ns.specs[spec_id] if spec_id is not None else ns.current_spec
-    pending = _group_messages(messages, spec.field_ids)
     written = schema if schema is not None else ns.namespace_schema
+    pending = _group_messages(check_rejected(messages, written), spec.field_ids)
     last_error: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
         _check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
@@ -429,7 +487,9 @@ def conform_table(table: pa.Table, schema: NamespaceSchema) -> pa.Table:
 
     Unknown columns are an error naming them; missing nullable columns become NULL,
     missing non-nullable ones are an error; values are cast safely to the namespace
-    types, and a failing cast names the column.
+    types, and a failing cast names the column. Vector columns (and Spark ML vectors
+    going into a list column) become lists of the column's float type here; the
+    :class:`FragmentWriter` checks vector lengths.
     """
     target = schema.arrow
     extra = [c for c in table.column_names if c not in target.names]
@@ -439,21 +499,29 @@ def conform_table(table: pa.Table, schema: NamespaceSchema) -> pa.Table:
             f"namespace columns are: {', '.join(target.names)}"
         )
     columns = []
+    fields = []
     for f in target:
         if f.name not in table.column_names:
             if not f.nullable:
                 raise SchemaError(f"column {f.name!r} is required (not nullable) but missing from the input")
             columns.append(pa.nulls(table.num_rows, f.type))
+            fields.append(f)
             continue
         col = table.column(f.name)
         if not f.nullable and col.null_count:
             raise SchemaError(f"column {f.name!r} is not nullable but the input has {col.null_count} NULL value(s)")
+        if is_vector_type(f.type) or (is_ml_vector_type(col.type) and pa.types.is_list(f.type)):
+            lists = as_lists(col, f.type, f.name)
+            columns.append(lists)
+            fields.append(f.with_type(lists.type))
+            continue
+        fields.append(f)
         try:
             columns.append(col.cast(f.type, safe=True))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             first = str(exc).strip().splitlines()[0]
             raise SchemaError(f"column {f.name!r}: cannot cast {col.type} to {f.type}: {first}") from exc
-    return pa.Table.from_arrays(columns, schema=target)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=target.metadata))
 
 
 def add_partition_columns(table: pa.Table, fields: Sequence[PartitionField], schema: NamespaceSchema) -> pa.Table:

@@ -55,6 +55,7 @@ from partitioning.join_plan import (
 from partitioning.namespace import PartitionedNamespace, PartitionTable, open_partition_table
 from partitioning.schema import NamespaceSchema
 from partitioning.storage import storage_option_pairs, storage_options_from
+from partitioning.vectors import spark_facing_schema
 from pipelines.read import TableSlice, dialect_options, read_partitioned, read_table, session_dialect
 from pipelines.reader import dialect_from_options
 from pipelines.schema import spark_schema
@@ -264,7 +265,7 @@ class _JoinOptions:
                 'sides): pass the option suffixes, e.g. \'["_left", "_right"]\', or use join_partitioned, which '
                 "returns Spark's duplicate columns"
             )
-        return keys, how, output
+        return keys, how, spark_facing_schema(output)
 
     def namespaces(self) -> tuple[PartitionedNamespace, PartitionedNamespace]:
         return (
@@ -346,7 +347,7 @@ class _SideReader:
 
     def read(self, slices: Sequence[TableSlice]) -> pa.Table:
         output = self.schema.arrow.names
-        out_schema = pa.schema([self.schema.arrow.field(c) for c in output])
+        out_schema = spark_facing_schema(pa.schema([self.schema.arrow.field(c) for c in output]))
         exact = None if isinstance(self.filter, TrueFilter) else self.filter
         batches: list[pa.RecordBatch] = []
         for piece in slices:

@@ -58,6 +58,7 @@ from partitioning.rowfilter import arrow_predicate, lance_filter
 from partitioning.scan import ScanTask
 from partitioning.schema import NamespaceSchema
 from partitioning.tables import dataset_columns, reconcile
+from partitioning.vectors import spark_facing_schema
 from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [
@@ -347,7 +348,8 @@ def read_table(
     exact: Filter | None = None,
     row_address: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream one partition's rows as namespace-shaped batches.
+    """Stream one partition's rows as namespace-shaped batches, typed as Spark reads them
+    (a vector column as a plain list, :func:`partitioning.vectors.spark_facing_schema`).
 
     With ``row_address`` each batch ends with the table's object id and each row's
     Lance row address (what :func:`pipelines.maintenance.delete_rows` deletes by).
@@ -373,7 +375,7 @@ def read_table(
             with_row_address=row_address,
         )
         batches = scanner.to_batches()
-    out_schema = pa.schema([schema.arrow.field(c) for c in output])
+    out_schema = spark_facing_schema(pa.schema([schema.arrow.field(c) for c in output]))
     predicate = arrow_predicate(exact, schema.arrow) if exact is not None else None
     for batch in _translated(batches, partition.object_id):
         raw = pa.Table.from_batches([batch])

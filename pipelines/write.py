@@ -38,7 +38,7 @@ from partitioning.write import (
     commit_write,
     part_column,
 )
-from pipelines.schema import namespace_schema_from_spark, spark_schema
+from pipelines.schema import is_ml_vector, namespace_schema_from_spark, spark_schema
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.transforms import with_partition_columns
@@ -50,9 +50,17 @@ _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.D
 
 
 def _checked_cast(col: Column, name: str, source: T.DataType, target: T.DataType) -> Column:
-    """Cast ``col``; a value that cannot be cast, or only lossily, fails the task naming the column."""
+    """Cast ``col``; a value that cannot be cast, or only lossily, fails the task naming the column.
+
+    A Spark ML vector goes into an array column (a vector column reads as one) through
+    ``vector_to_array``; vector lengths are checked when the fragments are written."""
     if source == target:
         return col
+    if is_ml_vector(source) and isinstance(target, T.ArrayType):
+        from pyspark.ml.functions import vector_to_array
+
+        dtype = "float32" if isinstance(target.elementType, T.FloatType) else "float64"
+        return F.when(col.isNull(), F.lit(None).cast(target)).otherwise(vector_to_array(col, dtype=dtype).cast(target))
     if not isinstance(target, T.AtomicType) or isinstance(source, T.NullType):
         return col.cast(target)
     casted = col.try_cast(target)
@@ -186,6 +194,11 @@ def write_partitioned(
 
     A missing namespace is created from ``partition_by`` (e.g. ``["day(ts)",
     "bucket[16](user_id)"]``) or ``spec``, with ``schema`` defaulting to ``df``'s.
+    ``schema`` (a ``pa.Schema`` or :class:`NamespaceSchema`) is how to get a vector
+    column: ``pa.field("v", pa.list_(pa.float32(), d))`` takes ``array<float>``,
+    ``array<double>`` and ``VectorUDT`` columns, refusing the whole write (nothing
+    committed) when any non-NULL vector does not have ``d`` elements. Without it an
+    ``array<float>`` column becomes a variable-length list (Spark has no dimension).
     ``cluster`` repartitions and sorts by partition first, so each task holds one
     partition in memory at a time; without it each task keeps at most
     ``max_open_writers`` partition buffers. A retried job with the same ``write_id``
