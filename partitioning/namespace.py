@@ -713,6 +713,13 @@ class PartitionedNamespace:
         """Files and dataset versions left by failed or retried writes (see :mod:`partitioning.orphans`)."""
         return find_orphans(self.root, self.storage_options)
 
+    def indexes(self) -> pa.Table:
+        """Per partition table and index: name, type, column, indexed and unindexed rows
+        (:func:`partitioning.indexes.list_indexes`)."""
+        from partitioning.indexes import list_indexes
+
+        return list_indexes(self)
+
     def layout(self) -> str:
         """A readable tree of spec versions, partition namespaces and tables."""
         lines = [f"{self.root}  (__manifest v{self.manifest_version})"]

@@ -26,6 +26,7 @@ import lance
 import pyarrow.fs as pafs
 
 from partitioning.errors import PartitioningError, translate_lance_errors
+from partitioning.index_model import MODEL_DIR
 from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
@@ -101,6 +102,8 @@ def find_orphans(
     _, _, entries = _listing(root, opts)
     for info in entries:
         name = info.base_name
+        if name == MODEL_DIR:
+            continue  # the shared index models: immutable, referenced by __manifest properties
         if info.type == pafs.FileType.Directory and _TABLE_DIR_RE.match(name) and name not in known:
             out.append(Orphan("table_dir", join_uri(root, name), "no __manifest version refers to it"))
     for location, read_versions in sorted(known.items()):
