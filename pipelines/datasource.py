@@ -11,7 +11,8 @@ by the source; see :mod:`pipelines.reader`), ``prune_filter`` (pruning only; the
 applies it), ``timeZone`` and ``sqlConf`` (how the filters' SQL is read; set by
 :func:`pipelines.read.read_partitioned` from the session), ``rows_per_split``,
 ``max_partitions``, ``with_row_address`` (adds ``_lance_table`` and ``_lance_rowaddr``),
-and ``storage.<key>``: a Lance storage option (``storage.aws_endpoint``,
+``nearest`` (a vector search returning the global top-k with ``_distance``; see
+:mod:`pipelines.search_source`), and ``storage.<key>``: a Lance storage option (``storage.aws_endpoint``,
 ``storage.aws_region``, ...), used on the driver and, pickled with the reader, by
 every task. A relative ``path`` is made absolute where the source plans: the driver on
 classic Spark, the server on Spark Connect (where the client's working directory is
@@ -77,6 +78,7 @@ READ_OPTIONS = (
     "rows_per_split",
     "max_partitions",
     "with_row_address",
+    "nearest",
 )
 _PROBED: dict[str, bool] = {}
 LAST_SHARED_PLAN_VERSION = (4, 3, 0)
@@ -162,15 +164,24 @@ class LancePartitionedDataSource(DataSource):
             schema = read_schema(ns.namespace_schema, options.get("columns"))
             if (options.get("with_row_address") or "false").lower() == "true":
                 schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+            if "nearest" in options:
+                from pipelines.search_source import nearest_schema
+
+                schema = nearest_schema(schema)
             if "provider" in options:  # CREATE TABLE ... USING lance_partitioned: Spark stores this schema
                 schema = with_root(schema, ns.root)
             return schema
 
-    def reader(self, schema: StructType) -> LancePartitionedReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         with _one_line():
             _check_options(self.options, READ_OPTIONS, "read")
             ns = self._namespace(schema)
-            return self.reader_class(ns, schema, _lower(self.options))
+            options = _lower(self.options)
+            if "nearest" in options:
+                from pipelines.search_source import NearestReader
+
+                return NearestReader(ns, schema, options)
+            return self.reader_class(ns, schema, options)
 
     def writer(self, schema: StructType, overwrite: bool) -> LancePartitionedWriter:
         options = _lower(self.options)

@@ -21,9 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from search_data import DIM, brute_force, create, data_of, make_table
 
 from jobs import compact as compact_job
 from jobs import delete as delete_job
@@ -45,7 +47,9 @@ from pipelines import (
     vacuum,
     write_partitioned,
 )
+from pipelines.indexes import create_vector_index
 from pipelines.join import join_partitioned_with_plan
+from pipelines.search import knn_join, search_partitioned
 from pipelines.session import build_session, default_parallelism, is_connect
 
 COUNTRIES = ("US", "DE", "FR")
@@ -237,6 +241,31 @@ def joins(spark: Any) -> None:
     check("fallback join rows", sorted(tuple(r) for r in fallback.collect()), want)
 
 
+def vector_search(spark: Any) -> None:
+    """Index build (Spark tasks), both search paths, knn_join and the nearest option, against numpy."""
+    root = os.path.abspath("rel/vectors")
+    tables = [make_table(600, 3, null_every=4)]
+    create(root, tables)
+    data = data_of(tables)
+    report = create_vector_index(root, "v", index_type="IVF_FLAT", num_partitions=4, spark=spark)
+    check("vector index: every partition", report.tables, 4)
+    listed = PartitionedNamespace.load(root).indexes().to_pylist()
+    # Lance counts the rows of the fragments an index covers, NULL vectors included.
+    check("vector index: rows indexed", sum(r["indexed_rows"] for r in listed), len(data.ids))
+    check("vector index: none unindexed", sum(r["unindexed_rows"] for r in listed), 0)
+    q = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
+    want = brute_force(data, q, 5)
+    for label, limit in (("driver", 32), ("spark job", 0)):
+        df = search_partitioned(spark, root, q, k=5, exact=True, driver_max_partitions=limit)
+        check(f"search, {label}", [r["id"] for r in df.collect()], want)
+    queries = spark.createDataFrame([("a", q.tolist())], "qid string, q array<float>")
+    df = knn_join(spark, queries, root, k=5, query_id="qid", query_column="q", exact=True)
+    check("knn_join", [r["id"] for r in df.orderBy("_distance").collect()], want)
+    nearest = json.dumps({"q": q.tolist(), "k": 5, "exact": True})
+    df = spark.read.format("lance_partitioned").option("nearest", nearest).load(root)
+    check("nearest option", [r["id"] for r in df.collect()], want)
+
+
 def maintenance(spark: Any) -> None:
     root = "rel/small"
     for start in range(0, 40, 10):
@@ -332,7 +361,17 @@ def main(workdir: str) -> None:
     started = time.perf_counter()
     spark = build_session("lance_partitioned connect tests", master="local[2]")
     print(f"connect session: {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    for part in (session_checks, writes, reads, source_writes, joins, relative_source_paths, maintenance, jobs):
+    for part in (
+        session_checks,
+        writes,
+        reads,
+        source_writes,
+        joins,
+        relative_source_paths,
+        vector_search,
+        maintenance,
+        jobs,
+    ):
         started = time.perf_counter()
         part(spark)
         print(f"{part.__name__}: {time.perf_counter() - started:.1f} s", file=sys.stderr)

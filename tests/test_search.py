@@ -1,0 +1,245 @@
+"""Vector search (issue 13): exact search against numpy, indexed recall, paths, time travel, errors."""
+
+from __future__ import annotations
+
+import json
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql.types import ArrayType, FloatType
+from search_data import DIM, brute_force, create, data_of, distances, index_all, make_table
+
+from partitioning.errors import InvalidInput, SchemaError
+from partitioning.namespace import PartitionedNamespace, TableCommit
+from partitioning.search import search
+from partitioning.write import write_table
+from pipelines.datasource import register_data_source
+from pipelines.search import search_partitioned
+
+FILTERS = {
+    None: lambda d: None,
+    "c = 'b'": lambda d: d.cats == "b",
+    "score > 0.85": lambda d: d.scores > 0.85,
+    "c IN ('a', 'd') AND id % 3 = 1": None,  # not evaluated exactly: refused (see test_errors)
+    "c IN ('a', 'd') AND score < 0.3 AND id >= 500": lambda d: (
+        np.isin(d.cats, ["a", "d"]) & (d.scores < 0.3) & (d.ids >= 500)
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Four partitions, every 7th vector NULL, one partition ('e') emptied by a delete."""
+    root = str(tmp_path_factory.mktemp("search") / "ns")
+    tables = [make_table(1500, 1, null_every=7), make_table(40, 2, start=5000, cats=["e"])]
+    ns = create(root, tables)
+    part = next(p for p in ns.partitions() if p.values == {"c": "e"})
+    ds = lance.dataset(part.uri)
+    ds.delete("true")
+    ns.commit_tables([TableCommit(part.spec_id, part.values, part.location, ds.version, part.object_id)])
+    return root, data_of(tables[:1])
+
+
+def _queries(n: int, seed: int = 7) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+
+
+def _ids(df) -> list[int]:
+    return [r["id"] for r in df.collect()]
+
+
+@pytest.mark.parametrize("filter_sql", [f for f, m in FILTERS.items() if m is not None])
+def test_exact_search_equals_numpy(spark, built, filter_sql):
+    root, data = built
+    mask = FILTERS[filter_sql](data)
+    for q in _queries(3):
+        df = search_partitioned(spark, root, q.tolist(), k=10, filter=filter_sql, exact=True)
+        rows = df.collect()
+        expected = brute_force(data, q, 10, mask)
+        assert [r["id"] for r in rows] == expected
+        got = np.array([r["_distance"] for r in rows])
+        assert np.allclose(got, distances(data, q, expected), rtol=1e-4)
+        assert list(got) == sorted(got)
+
+
+def test_cosine_exact_search_equals_numpy(spark, built):
+    root, data = built
+    q = _queries(1, seed=11)[0]
+    df = search_partitioned(spark, root, q, k=7, metric="cosine", exact=True, filter="c <> 'a'")
+    expected = brute_force(data, q, 7, data.cats != "a", metric="cosine")
+    assert _ids(df) == expected
+    got = [r["_distance"] for r in df.collect()]
+    assert np.allclose(got, distances(data, q, expected, "cosine"), atol=1e-5)
+
+
+def test_k_larger_than_the_data_null_vectors_and_empty_partitions(spark, built):
+    root, data = built
+    q = _queries(1)[0]
+    rows = search_partitioned(spark, root, q, k=100_000, exact=True).collect()
+    assert len(rows) == int((~data.null).sum())  # every row with a vector, none of the NULL ones
+    assert all(r["v"] is not None for r in rows)
+    assert [r["id"] for r in rows] == brute_force(data, q, 100_000)
+    assert search_partitioned(spark, root, q, k=5, filter="c = 'e'").count() == 0
+    assert search_partitioned(spark, root, q, k=5, filter="c = 'zzz'").count() == 0
+    small = (data.cats == "b") & (data.scores > 0.95)
+    got = _ids(search_partitioned(spark, root, q, k=1000, filter="c = 'b' AND score > 0.95", exact=True))
+    assert got == brute_force(data, q, 1000, small) and len(got) == int((small & ~data.null).sum())
+
+
+def test_driver_and_spark_job_paths_give_the_same_rows(spark, built):
+    root, data = built
+    for q, filter_sql in zip(_queries(2, seed=3), (None, "score > 0.25"), strict=True):
+        driver = search_partitioned(spark, root, q, k=12, filter=filter_sql, exact=True).collect()
+        job = search_partitioned(spark, root, q, k=12, filter=filter_sql, exact=True, driver_max_partitions=0)
+        assert job.collect() == driver
+        assert [r["id"] for r in driver] == brute_force(data, q, 12, None if filter_sql is None else data.scores > 0.25)
+
+
+def test_vector_columns_come_back_as_spark_arrays(spark, built):
+    root, data = built
+    q = _queries(1)[0]
+    df = search_partitioned(spark, root, q, k=3, columns=["id", "v"], exact=True)
+    assert df.columns == ["id", "v", "_distance"]
+    assert df.schema["v"].dataType == ArrayType(FloatType(), True)
+    assert df.schema["_distance"].dataType == FloatType()
+    for r in df.collect():
+        assert np.array_equal(np.array(r["v"], np.float32), data.vectors[list(data.ids).index(r["id"])])
+
+
+def test_indexed_search_recall_with_a_shared_model(spark, tmp_path):
+    tables = [make_table(3000, 21, null_every=11)]
+    root = str(tmp_path / "ns")
+    ns = create(root, tables)
+    data = data_of(tables)
+    index_all(ns)
+    queries = _queries(20, seed=99)
+    recalls, rough = [], []
+    for q in queries:
+        ids = _ids(search_partitioned(spark, root, q, k=10, nprobes=3, refine_factor=10))
+        recalls.append(len(set(ids) & set(brute_force(data, q, 10))) / 10)
+        assert len(ids) == 10
+        plain = search(root, q, k=10, nprobes=1, columns=["id"])
+        rough.append(len(set(plain.column("id").to_pylist()) & set(brute_force(data, q, 10))) / 10)
+    assert np.mean(recalls) >= 0.9
+    assert np.mean(rough) < 1.0  # the index answers (PQ without refine is approximate), not a scan
+
+
+def test_unindexed_rows_are_searched_too(spark, tmp_path):
+    root = str(tmp_path / "ns")
+    ns = create(root, [make_table(1000, 31)])
+    index_all(ns)
+    extra = make_table(50, 32, start=10_000)
+    write_table(PartitionedNamespace.load(root), extra)
+    target = np.array(extra.column("v")[0].as_py(), np.float32)
+    rows = search_partitioned(spark, root, target, k=1, nprobes=4, refine_factor=5).collect()
+    assert rows[0]["id"] == 10_000 and rows[0]["_distance"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_manifest_version_time_travel(spark, tmp_path):
+    root = str(tmp_path / "ns")
+    first = [make_table(400, 41)]
+    ns = create(root, first)
+    old = ns.manifest_version
+    extra = make_table(100, 42, start=1000)
+    write_table(ns, extra)
+    target = np.array(extra.column("v")[3].as_py(), np.float32)
+    latest = _ids(search_partitioned(spark, root, target, k=5, exact=True))
+    assert latest[0] == 1003
+    before = _ids(search_partitioned(spark, root, target, k=5, exact=True, manifest_version=old))
+    assert before == brute_force(data_of(first), target, 5) and max(before) < 1000
+
+
+def test_nearest_data_source_option(spark, built):
+    root, data = built
+    register_data_source(spark)
+    q = _queries(1, seed=5)[0]
+    nearest = json.dumps({"column": "v", "q": q.tolist(), "k": 8, "exact": True})
+    df = spark.read.format("lance_partitioned").option("nearest", nearest).load(root)
+    assert df.columns == ["id", "c", "score", "v", "_distance"]
+    rows = df.collect()
+    assert [r["id"] for r in rows] == brute_force(data, q, 8)
+    assert df.where("c = 'a'").count() == sum(r["c"] == "a" for r in rows)  # Spark filters the top-k
+    assert df.count() == 8
+    filtered = spark.read.format("lance_partitioned").option("nearest", nearest).option("filter", "c = 'd'")
+    got = [r["id"] for r in filtered.option("columns", "id").load(root).collect()]
+    assert got == brute_force(data, q, 8, data.cats == "d")
+
+
+def _one_line(exc_info) -> str:
+    text = str(exc_info.value)
+    assert "\n" not in text and "Traceback" not in text
+    return text
+
+
+def test_errors(spark, built, tmp_path):
+    root, _ = built
+    q = _queries(1)[0]
+    cases = [
+        (dict(column="nope"), SchemaError, "unknown column 'nope'"),
+        (dict(column="score"), SchemaError, "'score' is double, not a vector column"),
+        (dict(k=0), InvalidInput, "k must be a positive integer, got 0"),
+        (dict(metric="manhattan"), InvalidInput, "unknown metric 'manhattan'"),
+        (dict(filter="c IN ('a', 'd') AND id % 3 = 1"), InvalidInput, "more than search evaluates"),
+        (dict(filter="nope = 1"), SchemaError, "nope"),
+    ]
+    for kwargs, kind, text in cases:
+        with pytest.raises(kind) as exc:
+            search_partitioned(spark, root, q, **kwargs)
+        assert text in _one_line(exc)
+        with pytest.raises(kind):
+            search(root, q, **kwargs)
+    with pytest.raises(InvalidInput) as exc:
+        search_partitioned(spark, root, q[:15])
+    assert "dimension 15" in _one_line(exc) and "dimension 16" in str(exc.value)
+    indexed = str(tmp_path / "indexed")
+    index_all(create(indexed, [make_table(600, 51)]))
+    with pytest.raises(InvalidInput) as exc:
+        search_partitioned(spark, indexed, q, metric="cosine")
+    assert "metric 'cosine' does not match the 'l2' index on column 'v'" in _one_line(exc)
+    assert search_partitioned(spark, indexed, q, metric="cosine", exact=True, k=2).count() == 2
+    with pytest.raises(PySparkException) as spark_exc:
+        spark.read.format("lance_partitioned").option("nearest", '{"q": [1], "kk": 3}').load(root).collect()
+    assert "InvalidInput: unknown key 'kk' in option nearest; keys are: column, q, k" in str(spark_exc.value)
+    assert "Traceback" not in str(spark_exc.value)
+
+
+def test_column_choice_and_float64_vectors_without_spark(tmp_path):
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("c", pa.string()),
+            pa.field("v", pa.list_(pa.float32(), 4)),
+            pa.field("w", pa.list_(pa.float64(), 3)),
+        ]
+    )
+    rng = np.random.default_rng(17)
+    v, w = rng.standard_normal((300, 4)), rng.standard_normal((300, 3))
+    table = pa.table(
+        {
+            "id": np.arange(300),
+            "c": np.array(["x", "y", "z"])[np.arange(300) % 3],
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(v.ravel(), pa.float32()), 4),
+            "w": pa.FixedSizeListArray.from_arrays(pa.array(w.ravel()), 3),
+        },
+        schema=schema,
+    )
+    root = str(tmp_path / "two")
+    write_table(PartitionedNamespace.create(root, schema, ["c"]), table)
+    with pytest.raises(InvalidInput) as exc:
+        search(root, [0.0, 0.0, 1.0])
+    assert _one_line(exc) == "the namespace has several vector columns; pass column= one of: v, w"
+    q = np.array([0.3, -1.0, 0.5])
+    got = search(root, q, column="w", k=6, exact=True, filter="c IN ('x', 'z')", columns=["id"])
+    keep = np.arange(300) % 3 != 1
+    d = ((w - q) ** 2).sum(axis=1)
+    expected = [int(i) for i in np.arange(300)[keep][np.argsort(d[keep], kind="stable")][:6]]
+    assert got.column("id").to_pylist() == expected
+    assert np.allclose(got.column("_distance").to_numpy(), np.sort(d[keep])[:6], rtol=1e-5)
+    plain = str(tmp_path / "plain")
+    PartitionedNamespace.create(plain, pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string())]), ["c"])
+    with pytest.raises(SchemaError) as exc:
+        search(plain, [1.0])
+    assert "has no vector column" in _one_line(exc)
