@@ -201,8 +201,10 @@ def index_metric(dataset: lance.LanceDataset, column: str) -> str | None:
         for index in dataset.describe_indices():
             if list(index.field_names) != [column] or "Vector" not in index.type_url:
                 continue
-            indices = dataset.stats.index_stats(index.name).get("indices") or [{}]
-            found = indices[0].get("metric_type")
+            found = (index.details or {}).get("metric_type")  # index_stats costs ~30 ms a partition
+            if not isinstance(found, str):
+                indices = dataset.stats.index_stats(index.name).get("indices") or [{}]
+                found = indices[0].get("metric_type")
             if isinstance(found, str):
                 return found.lower()
     return None

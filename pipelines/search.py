@@ -44,7 +44,10 @@ from pipelines.spark_errors import hide_worker_traceback, translate_spark_error
 
 __all__ = ["DRIVER_MAX_PARTITIONS", "MAX_SEARCH_TASKS", "knn_join", "search_partitioned", "to_spark_table"]
 
-DRIVER_MAX_PARTITIONS = 32
+# One Lance search costs 3-6 ms (64 dims, nprobes 20, refine 10, 2 cores) and a Spark job
+# about a second, so the driver's threads are faster up to a few hundred partitions
+# (benchmarks/test_bench_vector.py: 64 partitions 1.7 s from the driver, 12 s as a job).
+DRIVER_MAX_PARTITIONS = 256
 MAX_SEARCH_TASKS = 64
 EXECUTOR_THREADS = 4
 _QUERY = "__query"
