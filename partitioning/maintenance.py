@@ -23,7 +23,6 @@ from typing import Any
 
 import lance
 import pyarrow as pa
-from lance.fragment import FragmentMetadata, write_fragments
 
 from partitioning.errors import (
     ConcurrentModification,
@@ -49,12 +48,12 @@ from partitioning.scan import ScanTask
 from partitioning.sqlengine import matching_rows
 from partitioning.tables import (
     align_schema,
+    commit_rewrites,
+    compact_fragments,
     dataset_columns,
     is_aligned,
     latest_keeping_indexes,
     reconcile,
-    renumber,
-    rewrite_fragments,
 )
 
 __all__ = [
@@ -129,7 +128,8 @@ class CompactionTask:
 @dataclass(frozen=True)
 class CompactionResult:
     task: CompactionTask
-    fragments: tuple[str, ...]  # FragmentMetadata JSON, numbered for the dataset schema at read_version
+    rewrite: str  # Lance's RewriteResult as JSON: old and new fragments, old row addresses
+    fragments: int
     rows: int
 
 
@@ -145,8 +145,10 @@ def plan_compaction(
 
     ``filter`` only selects partition tables (compaction never changes rows), read as
     DataFusion SQL with zone-less timestamps in ``time_zone``, or in ``dialect``.
-    A bin holds consecutive small fragments up to ``target_rows_per_fragment`` rows; a
-    bin of one fragment is rewritten only if it has deletions to drop.
+    A bin holds consecutive small fragments up to ``target_rows_per_fragment`` rows, all
+    covered by the same index segments (as Lance's own planner does: a new fragment is
+    wholly indexed or not, so indexed rows are never mixed with unindexed ones); a bin of
+    one fragment is rewritten only if it has deletions to drop.
     """
     if target_rows_per_fragment < 1:
         raise InvalidInput(f"target_rows_per_fragment must be at least 1, got {target_rows_per_fragment}")
@@ -156,6 +158,7 @@ def plan_compaction(
         if task.read_branch is not None or task.read_tag is not None or task.read_version is None:
             continue
         ds = _open(task.uri, task.read_version, ns.storage_options)
+        coverage = _index_coverage(ds, task.object_id)
         bins: list[list[tuple[int, int, bool]]] = [[]]
         for fragment in ds.get_fragments():
             meta = fragment.metadata
@@ -164,7 +167,8 @@ def plan_compaction(
             if rows >= target_rows_per_fragment and not deleted:
                 bins.append([])
                 continue
-            if sum(r for _, r, _ in bins[-1]) + rows > target_rows_per_fragment:
+            full = sum(r for _, r, _ in bins[-1]) + rows > target_rows_per_fragment
+            if full or (bins[-1] and coverage.get(bins[-1][0][0]) != coverage.get(fragment.fragment_id)):
                 bins.append([])
             bins[-1].append((fragment.fragment_id, rows, deleted))
         for b in bins:
@@ -182,25 +186,34 @@ def plan_compaction(
     return tasks
 
 
+def _index_coverage(ds: lance.LanceDataset, object_id: str) -> dict[int, frozenset[str]]:
+    """Fragment id -> the index segments (uuids) covering it; fragments no index covers are absent."""
+    out: dict[int, set[str]] = {}
+    with translate_lance_errors(f"list the indexes of partition table {object_id}"):
+        for index in ds.describe_indices():
+            for segment in index.segments:
+                for fid in segment.fragment_ids:
+                    out.setdefault(int(fid), set()).add(str(segment.uuid))
+    return {fid: frozenset(uuids) for fid, uuids in out.items()}
+
+
 def rewrite(task: CompactionTask) -> CompactionResult:
-    """Executor side: read the bin's live rows and write them as new uncommitted fragments."""
+    """Executor side: rewrite the bin's live rows as new uncommitted fragments (a Lance
+    compaction task, :func:`partitioning.tables.compact_fragments`)."""
     opts = dict(task.storage_options) or None
     ds = _open(task.uri, task.read_version, opts)
     with translate_lance_errors(f"compact {task.object_id}"):
-        data = ds.scanner(
-            fragments=[f for f in ds.get_fragments() if f.fragment_id in set(task.fragment_ids)]
-        ).to_table()
-        fragments = write_fragments(
-            data, task.uri, schema=ds.schema, mode="overwrite", max_rows_per_file=task.target_rows, storage_options=opts
-        )
-    return CompactionResult(task, tuple(json.dumps(f.to_json()) for f in fragments), data.num_rows)
+        text, rows = compact_fragments(ds, task.fragment_ids, task.target_rows)
+    return CompactionResult(task, text, len(json.loads(text)["new_fragments"]), rows)
 
 
 def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResult]) -> MaintenanceReport:
     """Driver side: one dataset version per table, then ONE ``__manifest`` commit.
 
     A table whose ``read_version`` moved since planning (a concurrent write) is left as
-    it was and reported as skipped; nothing of its data is lost.
+    it was and reported as skipped; nothing of its data is lost. Each committed version
+    keeps the table's indexes covering the rows they covered, remapped to the rewritten
+    fragments (:func:`partitioning.tables.commit_rewrites`).
     """
     by_table: dict[str, list[CompactionResult]] = {}
     for r in results:
@@ -217,15 +230,12 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
                 skipped.append(object_id)
                 continue
             head = latest_keeping_indexes(table.uri, planned, ns.storage_options)
-            removed = {i for p in parts for i in p.task.fragment_ids}
-            fragments = head.get_fragments()
-            old = [f.metadata for f in fragments if f.fragment_id in removed]
-            new = [FragmentMetadata.from_json(text) for p in parts for text in p.fragments]
-            new = renumber(new, head.schema, head.lance_schema)
-            before += len(fragments)
-            after += len(fragments) - len(old) + len(new)
+            removed = sum(len(p.task.fragment_ids) for p in parts)
+            fragments = len(head.get_fragments())
+            before += fragments
+            after += fragments - removed + sum(p.fragments for p in parts)
             rows += sum(p.rows for p in parts)
-            version = rewrite_fragments(table.uri, head, old, new, ns.storage_options)
+            version = commit_rewrites(table.uri, head, [p.rewrite for p in parts], ns.storage_options)
             commits.append(TableCommit(table.spec_id, table.values, table.location, version, table.object_id))
         by_table = {k: v for k, v in by_table.items() if k not in skipped}
         if not commits:

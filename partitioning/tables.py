@@ -36,6 +36,7 @@ import pyarrow.fs as pafs
 from lance import LanceOperation
 from lance.dataset import Index
 from lance.fragment import FragmentMetadata, write_fragments
+from lance.optimize import Compaction, CompactionTask, RewriteResult
 from lance.schema import LanceSchema
 
 from partitioning.errors import ConcurrentModification, InvalidInput, SchemaError, translate_lance_errors
@@ -49,7 +50,9 @@ __all__ = [
     "check_data_files",
     "check_namespace_root",
     "check_new_root",
+    "commit_rewrites",
     "commit_version",
+    "compact_fragments",
     "dataset_columns",
     "is_aligned",
     "latest_keeping_indexes",
@@ -57,7 +60,6 @@ __all__ = [
     "reconcile",
     "renumber",
     "replace_fragments",
-    "rewrite_fragments",
     "write_new_fragments",
 ]
 
@@ -304,26 +306,70 @@ def replace_fragments(
     return int(ds.version)
 
 
-def rewrite_fragments(
-    uri: str,
-    head: lance.LanceDataset,
-    old: Sequence[FragmentMetadata],
-    new: Sequence[FragmentMetadata],
-    storage_options: Mapping[str, str] | None,
+# Lance's compaction options for a task built from our own plan (pylance 14 needs every field).
+_COMPACTION_OPTIONS: dict[str, Any] = {
+    "max_rows_per_group": 1024,
+    "max_bytes_per_file": None,
+    "materialize_deletions": True,
+    "materialize_deletions_threshold": 0.1,
+    "num_threads": None,
+    "batch_size": None,
+    "io_buffer_size": None,
+    "defer_index_remap": False,
+    "index_remap_mode": "Direct",
+    "compaction_mode": None,
+    "enable_binary_copy": False,
+    "enable_binary_copy_force": False,
+    "binary_copy_read_batch_bytes": 16 * 1024 * 1024,
+    "max_source_fragments": None,
+    "max_source_rows": None,
+    "max_source_bytes": None,
+    "excluded_fragment_ids": [],
+    "max_overlays_per_fragment": 10,
+    "data_storage_version": None,
+    "has_eager_remappable_index": None,
+}
+
+
+def compact_fragments(ds: lance.LanceDataset, fragment_ids: Sequence[int], target_rows: int) -> tuple[str, int]:
+    """Executor side of compaction: rewrite fragments ``fragment_ids`` of ``ds`` (their live
+    rows) into new uncommitted fragments of up to ``target_rows`` rows, as a Lance compaction
+    task. Returns Lance's ``RewriteResult`` as JSON (the old and new fragments and the old row
+    addresses, from which :func:`commit_rewrites` remaps the indexes) and the rows written."""
+    wanted = set(fragment_ids)
+    fragments = [f.metadata.to_json() for f in ds.get_fragments() if f.fragment_id in wanted]
+    task = {
+        "task": {"fragments": fragments},
+        "read_version": ds.version,
+        "options": {**_COMPACTION_OPTIONS, "target_rows_per_fragment": target_rows},
+    }
+    result = CompactionTask.from_json(json.dumps(task)).execute(ds)  # type: ignore[attr-defined]
+    return str(result.json()), sum(int(f.physical_rows) for f in result.new_fragments)
+
+
+def commit_rewrites(
+    uri: str, head: lance.LanceDataset, rewrites: Sequence[str], storage_options: Mapping[str, str] | None
 ) -> int:
-    """Replace fragments ``old`` of ``head`` (the latest version) by ``new`` holding the
-    same rows (compaction); conflicts with any commit made since ``head``. Every data file
-    of ``new`` must exist (:func:`check_data_files`), or nothing is committed."""
+    """Commit compaction rewrites (:func:`compact_fragments`) on top of ``head``, the latest
+    version, holding the fragments they replace; returns the new version.
+
+    Lance's own compaction commit: every index segment covering the rewritten fragments
+    (vector and scalar) is remapped to the rows' new addresses, so it covers them as
+    before. Lance first reserves the new fragment ids (a version of its own), then commits
+    the Rewrite read at ``head``. Every data file of the new fragments must exist
+    (:func:`check_data_files`), or nothing is committed.
+    """
+    with translate_lance_errors(f"commit {uri}"):
+        results = []
+        for text in rewrites:
+            meta = json.loads(text)
+            meta["read_version"] = head.version
+            results.append(RewriteResult.from_json(json.dumps(meta)))  # type: ignore[attr-defined]
+    new = [f for r in results for f in r.new_fragments]
     check_data_files(uri, new, f"compact {uri}", storage_options)
     with translate_lance_errors(f"commit {uri}"):
-        ds = lance.LanceDataset.commit(
-            uri,
-            LanceOperation.Rewrite([LanceOperation.RewriteGroup(list(old), list(new))], []),
-            read_version=head.version,
-            storage_options=dict(storage_options) if storage_options else None,
-            commit_message=COMMIT_MESSAGE,
-        )
-    return int(ds.version)
+        Compaction.commit(head, results)
+    return int(head.version)
 
 
 PARALLEL_STATS = 16
@@ -453,11 +499,14 @@ def _fragment_state(fragment: FragmentMetadata) -> tuple[Any, ...]:
 
 
 def _versions_after(ahead: lance.LanceDataset, base_version: int) -> Iterator[tuple[int, Any]]:
-    """(version, transaction or None) for each version of ``ahead``'s history after ``base_version``."""
+    """(version, transaction or None) for each version of ``ahead``'s history after ``base_version``.
+
+    None also for a transaction pylance cannot read back (pylance 14 raises TypeError on a
+    Rewrite that remapped indexes, as every compaction of an indexed table is)."""
     for version in range(base_version + 1, ahead.version + 1):
         try:
             yield version, ahead.read_transaction(version)
-        except (OSError, ValueError, RuntimeError):
+        except (OSError, ValueError, RuntimeError, TypeError):
             yield version, None
 
 
