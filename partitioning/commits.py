@@ -1,0 +1,171 @@
+"""``__manifest`` commits of a namespace: record, replace and remove partition tables.
+
+Every commit also rewrites the ``v<N>`` row of each spec version it touches (the lock
+rows), so any two commits based on the same manifest version conflict and the second
+must be rebased. The ``v<N>`` rows also remember the write ids of recent commits.
+The :class:`~partitioning.namespace.PartitionedNamespace` methods of the same names call
+these functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
+from partitioning.locations import object_id_from_location, spec_id_of
+from partitioning.manifest import partition_column
+from partitioning.state import ManifestHandle, NamespaceState, TableCommit
+from partitioning.transforms import canonical_float
+
+__all__ = [
+    "DEFAULT_COMMIT_RETRIES",
+    "WRITE_IDS_PROPERTY",
+    "WRITE_ID_HISTORY",
+    "commit_once",
+    "commit_rows",
+    "commit_tables",
+    "committed_write_ids",
+    "lock_rows",
+    "remove_tables",
+]
+
+DEFAULT_COMMIT_RETRIES = 8
+WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
+WRITE_ID_HISTORY = 100
+
+
+def commit_tables(ns: ManifestHandle, commits: Iterable[TableCommit], *, max_retries: int) -> int:
+    """``ns.commit_once`` on the latest manifest, retried up to ``max_retries`` times on conflicts."""
+    requested = list(commits)
+    last_error: ConcurrentModification | None = None
+    for _ in range(max_retries + 1):
+        ns.refresh()
+        try:
+            return ns.commit_once(requested)
+        except ConcurrentModification as exc:
+            last_error = exc
+    raise ConcurrentModification(
+        f"__manifest commit at {ns.root} failed after {max_retries + 1} attempts "
+        f"because of concurrent writers: {last_error}"
+    ) from last_error
+
+
+def commit_once(ns: ManifestHandle, commits: Sequence[TableCommit], *, replace_all: bool, write_id: str | None) -> int:
+    """One optimistic commit of ``commits`` on the state ``ns`` last read; the new manifest version."""
+    state = ns._state
+    if replace_all:
+        spec_ids = set(state.specs)
+    else:
+        spec_ids = {c.spec_id for c in commits} or {state.current_spec.spec_id}
+    base = ns._store.dataset(state.version)
+    rows = commit_rows(state, commits, base.schema.names)
+    rows.extend(lock_rows(state, spec_ids, write_id))
+    table = pa.Table.from_pylist(rows, schema=base.schema)
+    ns._store.merge_rows(base, table, delete_other_partitions=replace_all)
+    ns.refresh()
+    return ns._state.version
+
+
+def remove_tables(ns: ManifestHandle, object_ids: Sequence[str]) -> int:
+    """Remove tables, and namespaces left without tables, in one optimistic commit."""
+    state = ns._state
+    doomed = set(object_ids)
+    tables = {
+        r["object_id"]: spec_id_of(r["object_id"])
+        for r in state.rows
+        if r["object_type"] == "table" and spec_id_of(r["object_id"]) in state.specs
+    }
+    unknown = sorted(doomed - set(tables))
+    if unknown:
+        raise TableNotFound(f"no partition table {unknown[0]!r} in {ns.root}")
+    remaining = [oid for oid in tables if oid not in doomed]
+    live = {oid.rsplit("$", k)[0] for oid in remaining for k in range(1, oid.count("$"))}
+    empty = {oid.rsplit("$", k)[0] for oid in doomed for k in range(1, oid.count("$"))} - live
+    spec_ids = {tables[oid] for oid in doomed} or {state.current_spec.spec_id}
+    base = ns._store.dataset(state.version)
+    rows = pa.Table.from_pylist(lock_rows(state, spec_ids, None), schema=base.schema)
+    ns._store.merge_rows(base, rows, delete_ids=sorted(doomed | empty))
+    ns.refresh()
+    return ns._state.version
+
+
+def committed_write_ids(state: NamespaceState) -> set[str]:
+    """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
+    ids: set[str] = set()
+    for spec_id in state.specs:
+        ids.update(_write_ids(state.rows_by_id.get(f"v{spec_id}")))
+    return ids
+
+
+def lock_rows(state: NamespaceState, spec_ids: Iterable[int], write_id: str | None) -> list[dict[str, Any]]:
+    """The ``v<N>`` rows of ``spec_ids`` to rewrite in a commit, remembering ``write_id`` if given."""
+    out = []
+    for spec_id in sorted(spec_ids):
+        row = dict(state.rows_by_id[f"v{spec_id}"])
+        props = json.loads(row.get("metadata") or "{}")
+        if write_id is not None:
+            recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
+            props[WRITE_IDS_PROPERTY] = json.dumps([*recent, write_id])
+        row["metadata"] = json.dumps(props, separators=(",", ":"), sort_keys=True)
+        out.append(row)
+    return out
+
+
+def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The table rows of ``commits`` and the namespace rows above them (``names``: the manifest columns)."""
+    existing = state.rows_by_id
+    out: dict[str, dict[str, Any]] = {}
+    for c in commits:
+        spec = state.spec(c.spec_id)
+        key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
+        current = state.by_key.get((c.spec_id, key))
+        object_id = c.object_id or object_id_from_location(c.location)
+        if current is not None and current.object_id != object_id:
+            raise ConcurrentModification(
+                f"partition {dict(zip(spec.field_ids, key, strict=True))} of spec v{c.spec_id} was created "
+                f"concurrently at {current.location}; data written to {c.location} was not committed"
+            )
+        parts = object_id.split("$")
+        for level in range(1, len(parts) - 1):
+            ns_id = "$".join(parts[: level + 1])
+            if ns_id in out:
+                continue
+            row = dict(existing.get(ns_id) or dict.fromkeys(names))
+            row.update(object_id=ns_id, object_type="namespace", metadata="{}")
+            for f, v in zip(spec.fields[:level], key[:level], strict=True):
+                row[partition_column(f.field_id)] = v
+            out[ns_id] = row
+        if object_id in out and out[object_id]["location"] != c.location:
+            raise InvalidInput(
+                f"one commit gives table {object_id} two locations: {out[object_id]['location']}, {c.location}"
+            )
+        previous = existing.get(object_id, {}).get("read_version")
+        if previous is not None and previous > c.read_version:
+            raise ConcurrentModification(
+                f"refusing to lower read_version of {object_id} from {previous} to {c.read_version}"
+            )
+        row = dict(existing.get(object_id) or dict.fromkeys(names))
+        row.update(
+            object_id=object_id,
+            object_type="table",
+            location=c.location,
+            metadata=row.get("metadata") or "{}",
+            read_version=c.read_version,
+            read_branch=None,
+            read_tag=None,
+        )
+        for f, v in zip(spec.fields, key, strict=True):
+            row[partition_column(f.field_id)] = v
+        out[object_id] = row
+    return list(out.values())
+
+
+def _write_ids(row: Mapping[str, Any] | None) -> list[str]:
+    if not row or not row.get("metadata"):
+        return []
+    props = json.loads(row["metadata"])
+    return list(json.loads(props.get(WRITE_IDS_PROPERTY, "[]")))

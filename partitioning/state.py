@@ -1,0 +1,261 @@
+"""One ``__manifest`` version read into Python: :class:`NamespaceState` and its rows.
+
+:func:`read_state` checks what a version holds (schema, partition specs, partition
+columns) and refuses a damaged one with one line; :class:`PartitionTable` is one table
+row, :class:`TableCommit` a request to record one, and :func:`open_partition_table`
+opens a table at the version its row selects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Protocol
+
+import lance
+import pyarrow as pa
+
+from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
+from partitioning.locations import PartitionKey, spec_id_of
+from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
+from partitioning.schema import NamespaceSchema, field_id_of
+from partitioning.spec import PartitionSpec
+from partitioning.transforms import canonical_float
+
+__all__ = ["ManifestHandle", "NamespaceState", "PartitionTable", "TableCommit", "open_partition_table", "read_state"]
+
+_SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
+
+
+@dataclass(frozen=True)
+class PartitionTable:
+    """One partition table (a leaf ``dataset``) as recorded in ``__manifest``."""
+
+    object_id: str
+    location: str
+    uri: str
+    spec_id: int
+    values: Mapping[str, Any]
+    read_version: int | None
+    read_branch: str | None = None
+    read_tag: str | None = None
+
+    @property
+    def key(self) -> PartitionKey:
+        return tuple(canonical_float(v) for v in self.values.values())
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """A request to point one partition's table at ``read_version`` in the next manifest commit.
+
+    ``location`` is where the data was written; for a partition that already exists in
+    the manifest it must be that table's location.
+    """
+
+    spec_id: int
+    values: Mapping[str, Any]
+    location: str
+    read_version: int
+    object_id: str | None = None
+
+
+@dataclass
+class NamespaceState:
+    """One ``__manifest`` version. Python-level views of its rows are built on first use,
+    so planning a scan (which works on the Arrow table) never pays for them."""
+
+    root: str
+    version: int
+    metadata: dict[str, str]
+    schema: NamespaceSchema
+    specs: dict[int, PartitionSpec]
+    manifest: pa.Table
+
+    @property
+    def current_spec(self) -> PartitionSpec:
+        return self.specs[max(self.specs)]
+
+    def spec(self, spec_id: int) -> PartitionSpec:
+        """Spec version ``spec_id``; an unknown one is an input error naming the known ones."""
+        try:
+            return self.specs[spec_id]
+        except KeyError:
+            raise InvalidInput(
+                f"no partition spec v{spec_id}; specs are {', '.join(f'v{i}' for i in sorted(self.specs))}"
+            ) from None
+
+    @cached_property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.manifest.to_pylist()
+
+    @cached_property
+    def rows_by_id(self) -> dict[str, dict[str, Any]]:
+        return {r["object_id"]: r for r in self.rows}
+
+    @cached_property
+    def tables(self) -> list[PartitionTable]:
+        """Every table row of a known spec version; a row whose ``location`` is not one
+        directory under the root, or is another row's, is refused (one line naming it)."""
+        out = []
+        owner: dict[str, str] = {}
+        for row in self.rows:
+            spec_id = spec_id_of(row["object_id"])
+            if row["object_type"] != "table" or spec_id not in self.specs:
+                continue
+            uri = table_uri(self.root, row["object_id"], row["location"])
+            other = owner.setdefault(row["location"], row["object_id"])
+            if other != row["object_id"]:
+                raise CorruptNamespace(
+                    f"__manifest table rows {other!r} and {row['object_id']!r} both have location "
+                    f"{row['location']!r}; remove one with PartitionedNamespace.remove_tables"
+                )
+            values = {f.field_id: row.get(partition_column(f.field_id)) for f in self.specs[spec_id].fields}
+            out.append(
+                PartitionTable(
+                    object_id=row["object_id"],
+                    location=row["location"],
+                    uri=uri,
+                    spec_id=spec_id,
+                    values=values,
+                    read_version=row.get("read_version"),
+                    read_branch=row.get("read_branch"),
+                    read_tag=row.get("read_tag"),
+                )
+            )
+        return sorted(out, key=lambda p: p.object_id)
+
+    @cached_property
+    def by_key(self) -> dict[tuple[int, PartitionKey], PartitionTable]:
+        return {(p.spec_id, p.key): p for p in self.tables}
+
+
+class ManifestHandle(Protocol):
+    """What :mod:`partitioning.commits` and :mod:`partitioning.evolution` use of a namespace."""
+
+    root: str
+    _store: ManifestStore
+    _state: NamespaceState
+
+    def refresh(self) -> object: ...
+
+    def commit_once(
+        self, commits: Sequence[TableCommit], *, replace_all: bool = False, write_id: str | None = None
+    ) -> int: ...
+
+
+def read_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
+    """The state of the ``__manifest`` version ``ds``, checked (one line naming what is damaged)."""
+    metadata = ManifestStore.metadata_of(ds)
+    spec_keys = {int(m.group(1)): k for k in metadata if (m := _SPEC_KEY_RE.match(k))}
+    if not spec_keys:
+        raise NamespaceNotFound(
+            f"{root} is not a partitioned namespace: its __manifest has no partition_spec_v<N> property"
+        )
+    if SCHEMA_KEY not in metadata:
+        raise CorruptNamespace(f"{root}: __manifest has partition specs but no 'schema' property")
+    try:
+        schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
+    except (CorruptNamespace, ValueError) as exc:
+        raise CorruptNamespace(
+            f"{root}: property 'schema' of __manifest version {ds.version} is corrupt: {exc}; load an older "
+            "__manifest version (manifest_version= / versionAsOf) or rewrite the property"
+        ) from exc
+    specs = {}
+    for spec_id, key in sorted(spec_keys.items()):
+        try:
+            spec = PartitionSpec.from_json(metadata[key])
+        except SpecError as exc:
+            raise CorruptNamespace(f"{root}: property {key} is corrupt: {exc}") from exc
+        if spec.spec_id != spec_id:
+            raise CorruptNamespace(f"{root}: property {key} holds a spec with id {spec.spec_id}")
+        specs[spec_id] = spec
+    _check_sources(root, schema, specs)
+    for spec_id, spec in specs.items():
+        try:
+            spec.check_expressions(schema)
+        except SpecError as exc:
+            raise CorruptNamespace(
+                f"{root}: property {spec_keys[spec_id]} of __manifest version {ds.version} holds a spec this "
+                f"client will not evaluate: {exc}"
+            ) from exc
+    expected = ["read_version", *(partition_column(f.field_id) for spec in specs.values() for f in spec.fields)]
+    missing = [c for c in expected if c not in ds.schema.names]
+    if missing:
+        raise CorruptNamespace(
+            f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
+            "mutating call? see SPEC-NOTES 6)"
+        )
+    return NamespaceState(
+        root=root,
+        version=ds.version,
+        metadata=metadata,
+        schema=schema,
+        specs=specs,
+        manifest=ManifestStore.rows_of(ds),
+    )
+
+
+def _check_sources(root: str, schema: NamespaceSchema, specs: Mapping[int, PartitionSpec]) -> None:
+    """Every source id of the current spec is a top-level column; an older spec's is one,
+    or an id the schema handed out and later dropped (``< next_field_id``)."""
+    top = {field_id_of(f): f.name for f in schema.arrow}
+    current = max(specs)
+    for spec_id, spec in sorted(specs.items()):
+        for f in spec.fields:
+            for sid in f.source_ids:
+                dropped = spec_id != current and 0 <= sid < schema.next_field_id and schema.field_by_id(sid) is None
+                if sid in top or dropped:
+                    continue
+                known = ", ".join(f"{name}={fid}" for fid, name in top.items())
+                raise CorruptNamespace(
+                    f"{root}: partition field {f.field_id!r} of spec v{spec_id} reads source id {sid}, which is not "
+                    f"a top-level column of the namespace schema ({known})"
+                )
+
+
+def open_partition_table(
+    uri: str,
+    read_version: int | None,
+    read_branch: str | None,
+    read_tag: str | None,
+    storage_options: Mapping[str, str] | None = None,
+) -> lance.LanceDataset:
+    """A partition table at the version its ``read_*`` columns select (SPEC-NOTES 15).
+
+    A tag alone names the version; a branch with a version reads that branch; NULLs
+    mean the latest version on main.
+    """
+    opts = dict(storage_options) if storage_options else None
+    if read_tag is not None:
+        ref = f" at tag {read_tag!r}"
+    elif read_branch is not None:
+        ref = f" on branch {read_branch!r} at version {read_version}"
+    else:
+        ref = f" at version {read_version}" if read_version is not None else ""
+    try:
+        with translate_lance_errors(f"open partition table {uri}{ref}"):
+            if read_tag is not None:
+                return lance.dataset(uri, version=read_tag, storage_options=opts)
+            if read_branch is not None:
+                # pylance 14 opens branches only by checking one out from the main dataset
+                return lance.dataset(uri, storage_options=opts).checkout_version((read_branch, read_version))
+            return lance.dataset(uri, version=read_version, storage_options=opts)
+    except NamespaceNotFound as exc:
+        if read_tag is None and read_version is None:
+            raise
+        try:
+            with translate_lance_errors(f"open partition table {uri}"):
+                versions = [v["version"] for v in lance.dataset(uri, storage_options=opts).versions()]
+        except NamespaceNotFound:
+            raise exc from None
+        has = f"it has versions {min(versions)}..{max(versions)}" if versions else "it has no readable version"
+        on = f" on branch {read_branch!r}" if read_branch is not None else ""
+        wanted = f"tag {read_tag!r}" if read_tag is not None else f"version {read_version}{on}"
+        raise CorruptNamespace(
+            f"partition table {uri} has no {wanted} ({has}): its __manifest row points to a "
+            "version that was removed (by vacuum or by hand); read an older __manifest version (versionAsOf / "
+            "manifest_version=) or restore the table's version"
+        ) from exc
