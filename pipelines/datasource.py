@@ -52,7 +52,7 @@ from partitioning.errors import InvalidInput, NamespaceNotFound, PartitioningErr
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.storage import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
-from pipelines.read import read_schema
+from pipelines.read_options import read_schema
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE, LancePartitionedReader, PerScanPushdownReader
 from pipelines.session import check_source_root, is_relative_path, register_bound
 from pipelines.source_writer import LancePartitionedWriter, root_in_schema, with_root

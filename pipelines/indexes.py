@@ -40,7 +40,7 @@ from partitioning.indexes import (
 from partitioning.leases import write_lease
 from partitioning.namespace import PartitionedNamespace
 from partitioning.vectors import vector_dimension
-from pipelines.read import session_dialect
+from pipelines.read_options import session_dialect
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import spark_errors
 

@@ -40,7 +40,7 @@ from partitioning.maintenance import drop_partitions as drop_partitions_local
 from partitioning.namespace import PartitionedNamespace
 from partitioning.scan import ScanTask
 from partitioning.storage import storage_option_pairs
-from pipelines.read import dialect_options, session_dialect
+from pipelines.read_options import dialect_options, session_dialect
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import spark_errors

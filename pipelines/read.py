@@ -13,23 +13,21 @@ partition tables ...") is logged once, at INFO on the ``lance_partitioned`` logg
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
 
 from partitioning.binding import bind
 from partitioning.errors import InvalidInput, SchemaError, first_line
-from partitioning.filters import Dialect, parse_filter, referenced_columns
+from partitioning.filters import parse_filter, referenced_columns
 from partitioning.namespace import PartitionedNamespace
 from partitioning.scan import ScanPlan
-from partitioning.schema import NamespaceSchema
 from partitioning.storage import storage_option_pairs
+from pipelines.datasource import register_data_source
+from pipelines.read_options import dialect_options, read_schema, session_dialect
 from pipelines.reader import LanceInputPartition, LancePartitionedReader, TableSlice, read_table
-from pipelines.schema import spark_schema
 from pipelines.session import driver_root
 
 __all__ = [
@@ -46,46 +44,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("lance_partitioned")
-
-
-def read_schema(schema: NamespaceSchema, columns: str | Sequence[str] | None = None) -> StructType:
-    """The Spark schema of a read: the namespace schema, or the named subset in that order."""
-    full = spark_schema(schema)
-    if not columns:
-        return full
-    names = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
-    unknown = [c for c in names if c not in full.names]
-    if unknown:
-        raise SchemaError(f"unknown column(s) {', '.join(map(repr, unknown))}; columns are: {', '.join(full.names)}")
-    return StructType([full[c] for c in names])
-
-
-def _conf(spark: SparkSession, key: str, default: str) -> str:
-    value = spark.conf.get(key, default)
-    return default if value is None else str(value)
-
-
-def session_dialect(spark: SparkSession) -> Dialect:
-    """How this session's SQL reads a filter: its time zone and parser settings."""
-    return Dialect(
-        "spark",
-        _conf(spark, "spark.sql.session.timeZone", "UTC"),
-        escaped_string_literals=_conf(spark, "spark.sql.parser.escapedStringLiterals", "false").lower() == "true",
-        double_quoted_identifiers=_conf(spark, "spark.sql.ansi.doubleQuotedIdentifiers", "false").lower() == "true",
-        case_sensitive=_conf(spark, "spark.sql.caseSensitive", "false").lower() == "true",
-        timestamp_ntz_default=_conf(spark, "spark.sql.timestampType", "TIMESTAMP_LTZ").upper() == "TIMESTAMP_NTZ",
-    )
-
-
-def dialect_options(dialect: Dialect) -> dict[str, str]:
-    """The read options that carry ``dialect`` to the data source."""
-    conf = {
-        "escapedStringLiterals": dialect.escaped_string_literals,
-        "doubleQuotedIdentifiers": dialect.double_quoted_identifiers,
-        "caseSensitive": dialect.case_sensitive,
-        "timestampNTZ": dialect.timestamp_ntz_default,
-    }
-    return {"timeZone": dialect.time_zone, "sqlConf": json.dumps(conf, sort_keys=True)}
 
 
 def read_partitioned(
@@ -119,8 +77,6 @@ def read_partitioned_with_plan(
     storage_options: Mapping[str, str] | None = None,
 ) -> tuple[DataFrame, ScanPlan]:
     """:func:`read_partitioned`, also returning the scan plan it made (the tables it reads)."""
-    from pipelines.datasource import register_data_source
-
     root = driver_root(spark, root)
     register_data_source(spark)
     ns = PartitionedNamespace.load(root, storage_options, manifest_version=manifest_version)

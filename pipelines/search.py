@@ -38,7 +38,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.scan import ScanTask
 from partitioning.search import DISTANCE, SearchPlan, merge_top_k, plan_search, query_matrix, search_tasks
 from partitioning.vectors import spark_facing_type
-from pipelines.read import session_dialect
+from pipelines.read_options import session_dialect
 from pipelines.session import driver_root
 from pipelines.spark_errors import hide_worker_traceback, translate_spark_error
 
