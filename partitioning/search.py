@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from partitioning import knn_scan
 from partitioning.binding import bind
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError, first_line, translate_lance_errors
 from partitioning.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood, parse_filter
@@ -255,7 +256,10 @@ def _metric(ns: PartitionedNamespace, tasks: Sequence[ScanTask], column: str, me
 
 
 def _search_partition(plan: SearchPlan, task: ScanTask, queries: np.ndarray) -> list[pa.Table]:
-    """This partition's top-k per query (output columns + ``_distance``), ordered by distance."""
+    """This partition's top-k per query (output columns + ``_distance``), ordered by distance.
+
+    A batch of queries over a partition small enough for :mod:`partitioning.knn_scan` is
+    answered exactly from one read of its vectors; otherwise each query is a Lance search."""
     empty = plan.output_schema.empty_table()
     dataset = _open(plan, task)
     mapping = dataset_columns(dataset.schema, plan.schema)
@@ -266,6 +270,16 @@ def _search_partition(plan: SearchPlan, task: ScanTask, queries: np.ndarray) -> 
     where = lance_filter(plan.filter, plan.schema.arrow, mapping)
     predicate = arrow_predicate(exact, plan.schema.arrow) if exact is not None else None
     rows = dataset.count_rows()
+    if len(queries) > 1 and plan.prefilter and knn_scan.fits(rows, plan.dimension, plan.metric):
+        wanted = [c for c in plan.schema.arrow.names if c in {*needed, plan.column}]
+        with translate_lance_errors(f"search partition table {task.object_id}"):
+            raw = dataset.to_table(columns=[mapping[c] for c in wanted if c in mapping], filter=where)
+        table = reconcile(raw, mapping, wanted, plan.schema, task.object_id)
+        if predicate is not None:
+            table = table.filter(predicate)
+        table = table.filter(pc.is_valid(table.column(plan.column)))
+        found = knn_scan.top_k(table.column(plan.column).combine_chunks(), queries, plan.k, plan.metric)
+        return [t.select([*plan.output, DISTANCE]) for t in knn_scan.take_rows(table, found)]
     out = []
     for q in queries:
         fetch = plan.k

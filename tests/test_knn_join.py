@@ -8,7 +8,9 @@ from pyspark.ml.linalg import Vectors
 from pyspark.sql import types as T
 from search_data import DIM, brute_force, create, data_of, distances, index_all, make_table
 
+from partitioning import knn_scan
 from partitioning.errors import InvalidInput, SchemaError
+from partitioning.search import plan_search, search_tasks
 from pipelines.search import knn_join
 
 QUERY_SCHEMA = T.StructType([T.StructField("qid", T.StringType()), T.StructField("q", T.ArrayType(T.FloatType()))])
@@ -118,3 +120,28 @@ def test_knn_join_errors(spark, built):
         knn_join(spark, queries.withColumnRenamed("qid", "id"), root, k=3, query_id="id", query_column="q")
     with pytest.raises(InvalidInput, match="k must be a positive integer, got -1"):
         knn_join(spark, queries, root, k=-1, query_id="qid", query_column="q")
+
+
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+@pytest.mark.parametrize("filter_sql", [None, "c IN ('a', 'b') AND score > 0.3"])
+def test_a_batch_scan_equals_one_lance_search_per_query(built, monkeypatch, metric, filter_sql):
+    """A batch of queries over a small partition is answered by one numpy pass
+    (partitioning.knn_scan); it must give numpy's rows and Lance's per-query distances, and
+    above the size budget the Lance route must give the same rows."""
+    _, ns, data = built
+    plan = plan_search(ns, k=7, filter=filter_sql, metric=metric, exact=True, columns=["id"])
+    queries = np.random.default_rng(9).standard_normal((5, DIM)).astype(np.float32)
+    mask = None
+    if filter_sql:
+        mask = np.isin(data.cats, ["a", "b"]) & (data.scores > 0.3)
+    batch = search_tasks(plan, plan.tasks, queries)
+    one_by_one = [search_tasks(plan, plan.tasks, queries[i : i + 1])[0] for i in range(len(queries))]
+    monkeypatch.setattr(knn_scan, "MAX_ELEMENTS", 1)
+    through_lance = search_tasks(plan, plan.tasks, queries)
+    for i, q in enumerate(queries):
+        want = brute_force(data, q, 7, mask, metric)
+        for got in (batch[i], one_by_one[i], through_lance[i]):
+            assert got.column("id").to_pylist() == want
+        np.testing.assert_allclose(
+            batch[i].column("_distance").to_numpy(), one_by_one[i].column("_distance").to_numpy(), rtol=1e-4, atol=1e-4
+        )
