@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceRegistration
+from subprocess_runs import run_ok, user_python
 
 from pipelines import read_partitioned, register_data_source, write_partitioned
 from pipelines.session import default_parallelism, describe_jobs, is_connect
@@ -26,35 +25,18 @@ from pipelines.session import default_parallelism, describe_jobs, is_connect
 TESTS = Path(__file__).resolve().parent
 
 
-def _wrapper(tmp_path: Path) -> Path:
-    """A user's Python for the workers: this interpreter, with a marker the workers can see."""
-    path = tmp_path / "user-python"
-    path.write_text(f'#!/bin/sh\nLP_PYTHON_WRAPPER=wrapped exec "{sys.executable}" "$@"\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
-
 def test_every_operation_and_job_on_spark_connect(tmp_path: Path) -> None:
     env = dict(
         os.environ,
         SPARK_REMOTE="local[2]",
-        PYSPARK_PYTHON=str(_wrapper(tmp_path)),
+        PYSPARK_PYTHON=str(user_python(tmp_path)),
         PYSPARK_SUBMIT_ARGS="--conf spark.sql.shuffle.partitions=5 pyspark-shell",
         SPARK_LOCAL_IP="127.0.0.1",
     )
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run(
-        [sys.executable, str(TESTS / "connect_scenarios.py"), str(work)],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_ok([sys.executable, str(TESTS / "connect_scenarios.py"), str(work)], cwd=work, env=env, timeout=900)
     assert proc.stdout.rstrip().endswith("DONE"), proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) >= 45

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import reuse_scenarios as scenarios
 from pyspark.sql import SparkSession
+from subprocess_runs import run_ok
 
 from pipelines.datasource import pushdown_is_per_scan
 
@@ -43,15 +43,7 @@ def test_this_spark_shares_pushdown_plans_between_scans(spark: SparkSession) -> 
 
 def test_reused_dataframes_match_spark_connect(tmp_path: Path) -> None:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    proc = subprocess.run(
-        [sys.executable, str(TESTS / "reuse_scenarios.py"), str(tmp_path / "ns")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_ok([sys.executable, str(TESTS / "reuse_scenarios.py"), str(tmp_path / "ns")], env=env, timeout=900)
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) > 60, proc.stderr[-3000:]
     bad = [f"{r['label']}: got {r['got']!r}, Spark says {r['want']!r}" for r in results if r["got"] != r["want"]]

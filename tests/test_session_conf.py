@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import subprocess
 import sys
 from pathlib import Path
 
 from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
+from subprocess_runs import run_ok, user_python
 
 from pipelines.session import _submit_args_conf, build_session, conf_to_apply, read_spark_defaults
 
@@ -20,12 +19,10 @@ REPO = Path(__file__).resolve().parent.parent
 def test_spark_submit_conf_and_properties_file_win(tmp_path: Path) -> None:
     """``spark-submit --properties-file spark-conf/spark-defaults.conf --conf ...``: every ``--conf`` is
     what the job sees, the properties file fills the rest, and the workers run the user's Python."""
-    python = tmp_path / "user-python"
-    python.write_text(f'#!/bin/sh\nLP_PYTHON_WRAPPER=wrapped exec "{sys.executable}" "$@"\n')
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    python = user_python(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_HOME=_find_spark_home())
-    proc = subprocess.run(
+    proc = run_ok(
         [
             str(Path(sys.executable).parent / "spark-submit"),
             "--master",
@@ -44,12 +41,7 @@ def test_spark_submit_conf_and_properties_file_win(tmp_path: Path) -> None:
         ],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen == {
         "shuffle": "7",

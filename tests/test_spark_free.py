@@ -7,9 +7,10 @@ Run in a fresh interpreter, since this test run itself has PySpark loaded.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from subprocess_runs import run_ok
 
 SCRIPT = r"""
 import contextlib, io, json, os, sys
@@ -63,14 +64,7 @@ print(json.dumps({
 
 
 def test_spark_free_operations_and_jobs_import_no_pyspark(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "ns")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_ok([sys.executable, "-c", SCRIPT, str(tmp_path / "ns")], timeout=300)
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen == {
         "pyspark": [],
