@@ -1,7 +1,9 @@
 """The ``lance_partitioned`` Python Data Source (reads; writes are in :mod:`pipelines.source_writer`).
 
 ``spark.read.format("lance_partitioned").load(root)`` reads the namespace at the
-``__manifest`` version current when the DataFrame is created (or ``versionAsOf``):
+``__manifest`` version current when the DataFrame is created (or ``versionAsOf``, or
+``timestampAsOf``: the last version committed at or before that time, a zone-less time
+read in the ``timeZone`` option):
 schema and data of one DataFrame always come from one version, however often and in
 however many scans it is used. Load again to see later writes.
 
@@ -49,6 +51,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, NamespaceNotFound, PartitioningError, SpecError
+from partitioning.history import version_at
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.storage import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
@@ -70,6 +73,7 @@ log = logging.getLogger("lance_partitioned")
 READ_OPTIONS = (
     "path",
     "versionAsOf",
+    "timestampAsOf",
     "columns",
     "filter",
     "prune_filter",
@@ -141,13 +145,18 @@ class LancePartitionedDataSource(DataSource):
             raise SpecError("load(path) is required: the namespace root")
         check_source_root(root, self.session_master, self.session_connect)
         version = options.get("versionasof")
+        when = options.get("timestampasof")
+        if when is not None and version is not None:
+            raise InvalidInput("give the option versionAsOf or timestampAsOf, not both")
+        pinned: int | None = self.pinned_version
         if version is not None:
             try:
-                pinned: int | None = int(version)
+                pinned = int(version)
             except ValueError:
                 raise InvalidInput(f"option versionAsOf must be a __manifest version number, got {version!r}") from None
-        else:
-            pinned = self.pinned_version
+        elif pinned is None and when is not None:
+            opts = storage_options_from(options)
+            pinned = version_at(root, when, time_zone=options.get("timezone"), storage_options=opts)
         try:
             return PartitionedNamespace.load(root, storage_options_from(options), manifest_version=pinned)
         except NamespaceNotFound as exc:

@@ -13,6 +13,7 @@ partition tables ...") is logged once, at INFO on the ``lance_partitioned`` logg
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -22,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from partitioning.binding import bind
 from partitioning.errors import InvalidInput, SchemaError, first_line
 from partitioning.filters import parse_filter, referenced_columns
+from partitioning.history import version_at
 from partitioning.namespace import PartitionedNamespace
 from partitioning.scan import ScanPlan
 from partitioning.storage import storage_option_pairs
@@ -53,9 +55,12 @@ def read_partitioned(
     columns: Sequence[str] | None = None,
     manifest_version: int | None = None,
     *,
+    as_of: dt.datetime | dt.date | str | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """The namespace as a DataFrame, at ``manifest_version`` (default: the latest).
+    """The namespace as a DataFrame, at ``manifest_version`` (default: the latest), or as
+    of the time ``as_of`` (the last ``__manifest`` version committed at or before it; a
+    zone-less time is read in the session time zone).
 
     ``filter`` is Spark SQL (anything ``DataFrame.where`` takes); Spark applies it, and
     the source prunes partition tables with the parts it understands. ``storage_options``
@@ -63,7 +68,9 @@ def read_partitioned(
     source's ``storage.<key>`` options. A relative ``root`` is made absolute here, and
     refused on a cluster whose executors do not share this machine's files.
     """
-    df, _ = read_partitioned_with_plan(spark, root, filter, columns, manifest_version, storage_options=storage_options)
+    df, _ = read_partitioned_with_plan(
+        spark, root, filter, columns, manifest_version, as_of=as_of, storage_options=storage_options
+    )
     return df
 
 
@@ -74,11 +81,17 @@ def read_partitioned_with_plan(
     columns: Sequence[str] | None = None,
     manifest_version: int | None = None,
     *,
+    as_of: dt.datetime | dt.date | str | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> tuple[DataFrame, ScanPlan]:
     """:func:`read_partitioned`, also returning the scan plan it made (the tables it reads)."""
     root = driver_root(spark, root)
     register_data_source(spark)
+    if as_of is not None:
+        if manifest_version is not None:
+            raise InvalidInput("give manifest_version or as_of, not both")
+        zone = str(spark.conf.get("spark.sql.session.timeZone", "UTC"))
+        manifest_version = version_at(root, as_of, time_zone=zone, storage_options=storage_options)
     ns = PartitionedNamespace.load(root, storage_options, manifest_version=manifest_version)
     names = ns.schema.names
     dialect = session_dialect(spark)
