@@ -364,7 +364,7 @@ def _register_classic(spark: SparkSession, source: type) -> None:
     (``spark.newSession()``) could not register a format its parent already has:
     DATA_SOURCE_ALREADY_EXISTS. Made active, it is checked against its own.
     """
-    jvm_session = spark._jvm.org.apache.spark.sql.SparkSession  # type: ignore[attr-defined]
+    jvm_session = spark._jvm.org.apache.spark.sql.SparkSession  # type: ignore[attr-defined]  # classic-only (guarded by is_connect)
     previous = jvm_session.getActiveSession()
     jvm_session.setActiveSession(spark._jsparkSession)
     try:
