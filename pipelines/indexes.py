@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pickle
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import pyarrow as pa
@@ -43,15 +42,12 @@ from partitioning.vectors import vector_dimension
 from pipelines.read_options import session_dialect
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import spark_errors
+from pipelines.tasks import run_tasks, session_or_active
 
 __all__ = ["build_segments", "create_scalar_index", "create_vector_index", "optimize_indexes"]
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def _session(spark: SparkSession | None) -> SparkSession | None:
-    return spark or SparkSession.getActiveSession()
 
 
 def _load(root: str, session: SparkSession | None, storage_options: Mapping[str, str] | None) -> PartitionedNamespace:
@@ -62,17 +58,9 @@ def _run(session: SparkSession | None, items: Sequence[T], fn: Callable[[T], R],
     """``fn`` over ``items``: one Spark task each (``range`` + ``mapInArrow``, classic or Connect), or in-process."""
     if session is None:
         return [fn(i) for i in items]
-    work = list(items)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            done = [pickle.dumps(fn(work[i])) for i in batch.column(0).to_pylist()]
-            yield pa.RecordBatch.from_arrays([pa.array(done, pa.binary())], names=["result"])
-
     label = root.rstrip("/").rsplit("/", 1)[-1]
     with spark_errors(f"{what} {root}"), describe_jobs(session, f"lance_partitioned: {what} ({label})"):
-        out = session.range(0, len(work), 1, len(work)).mapInArrow(run, "result binary").toArrow()
-    return [pickle.loads(r) for r in out.column("result").to_pylist()]
+        return run_tasks(session, items, fn)
 
 
 def build_segments(
@@ -158,7 +146,7 @@ def create_vector_index(
     square root of the rows), ``num_sub_vectors`` (PQ types), ``sample_size`` (training
     vectors), ``max_iters``, and ``m``/``ef_construction`` (HNSW types).
     """
-    session = _session(spark)
+    session = session_or_active(spark)
     ns = _load(root, session, storage_options)
     spec = define_vector_index(ns, column, index_type, metric, name, index_params)
     return _build(session, ns, spec, filter, replace=replace, train=True)
@@ -176,7 +164,7 @@ def create_scalar_index(
     spark: SparkSession | None = None,
 ) -> IndexReport:
     """Build a scalar index (BTREE, BITMAP or INVERTED) on ``column`` in the selected partitions."""
-    session = _session(spark)
+    session = session_or_active(spark)
     ns = _load(root, session, storage_options)
     spec = define_scalar_index(ns, column, index_type, name)
     return _build(session, ns, spec, filter, replace=replace, train=False)
@@ -191,7 +179,7 @@ def optimize_indexes(
 ) -> IndexReport:
     """Index the unindexed rows of every recorded index (a delta segment built with the recorded
     model; scalar indexes are rebuilt) and partitions created since, in ONE ``__manifest`` commit."""
-    session = _session(spark)
+    session = session_or_active(spark)
     ns = _load(root, session, storage_options)
     specs = recorded_specs(ns.properties)
     if not specs:

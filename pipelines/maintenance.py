@@ -12,8 +12,7 @@ in UTC, as in a Lance scan).
 from __future__ import annotations
 
 import logging
-import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.errors import PySparkException
@@ -44,15 +43,12 @@ from pipelines.read_options import dialect_options, session_dialect
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import spark_errors
+from pipelines.tasks import run_tasks, session_or_active
 
 __all__ = ["compact", "delete_rows", "drop_partitions", "optimize_manifest", "vacuum"]
 
 log = logging.getLogger("lance_partitioned")
 _INDEX = "__lance_partitioned_row"
-
-
-def _session(spark: SparkSession | None) -> SparkSession | None:
-    return spark or SparkSession.getActiveSession()
 
 
 def _root(session: SparkSession | None, root: str | PartitionedNamespace) -> str | PartitionedNamespace:
@@ -74,7 +70,7 @@ def compact(
     session (classic or Spark Connect); without one it runs in this process. Readers of
     older ``__manifest`` versions keep seeing the old fragments.
     """
-    session = _session(spark)
+    session = session_or_active(spark)
     ns = PartitionedNamespace.load(root if session is None else driver_root(session, root), storage_options)
     if session is None:
         log.info("compact %s: no SparkSession, compacting in this process", ns.root)
@@ -95,17 +91,8 @@ def compact(
 
 
 def _rewrite_on_executors(session: SparkSession, tasks: Sequence[CompactionTask]) -> list[CompactionResult]:
-    """One Spark task per bin (``range`` with one row per partition, then ``mapInArrow``), so
-    the same code runs on classic Spark and Spark Connect; results come back pickled."""
-    bins = list(tasks)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            done = [pickle.dumps(rewrite(bins[i])) for i in batch.column(0).to_pylist()]
-            yield pa.RecordBatch.from_arrays([pa.array(done, pa.binary())], names=["result"])
-
-    out = session.range(0, len(bins), 1, len(bins)).mapInArrow(run, "result binary").toArrow()
-    return [pickle.loads(r) for r in out.column("result").to_pylist()]
+    """One Spark task per bin (:func:`pipelines.tasks.run_tasks`, classic or Connect)."""
+    return run_tasks(session, tasks, rewrite)
 
 
 def delete_rows(
@@ -121,7 +108,7 @@ def delete_rows(
     rows' Lance row addresses; the driver deletes exactly those and commits once.
     Without a session, :func:`partitioning.maintenance.delete_rows` (DataFusion SQL).
     """
-    session = _session(spark)
+    session = session_or_active(spark)
     if session is None:
         return delete_rows_local(root, filter, storage_options=storage_options)
     root = _root(session, root)
@@ -165,7 +152,7 @@ def drop_partitions(
     """Drop whole partition tables whose identity partition values satisfy ``filter``
     (Spark SQL, applied by Spark to each table's values). Without a session,
     :func:`partitioning.maintenance.drop_partitions` (DataFusion SQL)."""
-    session = _session(spark)
+    session = session_or_active(spark)
     if session is None:
         return drop_partitions_local(root, filter, storage_options=storage_options)
     root = _root(session, root)
