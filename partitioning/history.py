@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from partitioning.errors import InvalidInput, translate_lance_errors
 from partitioning.manifest import ManifestStore
-from partitioning.timezones import resolve_zone
+from partitioning.timezones import as_utc, resolve_zone
 
 __all__ = ["parse_instant", "version_at"]
 
@@ -66,4 +66,4 @@ def version_at(
 def _aware(t: object) -> dt.datetime:
     if not isinstance(t, dt.datetime):
         raise InvalidInput(f"__manifest version time {t!r} is not a datetime")
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
+    return as_utc(t)

@@ -55,6 +55,7 @@ from partitioning.tables import (
     latest_keeping_indexes,
     reconcile,
 )
+from partitioning.timezones import as_utc
 
 __all__ = [
     "CompactionResult",
@@ -654,4 +655,4 @@ def _ranges(versions: Sequence[int]) -> str:
 
 def _aware(t: Any) -> dt.datetime:
     assert isinstance(t, dt.datetime)
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
+    return as_utc(t)

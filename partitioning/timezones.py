@@ -101,3 +101,8 @@ def parse_timestamp_text(text: str, zone: str | None) -> dt.datetime | None:
     if zone is None:
         return wall
     return local_to_instant(wall, resolve_zone(zone))
+
+
+def as_utc(t: dt.datetime) -> dt.datetime:
+    """``t`` made aware: a naive time (as Lance and file systems report them) is UTC."""
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
