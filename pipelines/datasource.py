@@ -13,6 +13,7 @@ by the source; see :mod:`pipelines.reader`), ``prune_filter`` (pruning only; the
 applies it), ``timeZone`` and ``sqlConf`` (how the filters' SQL is read; set by
 :func:`pipelines.read.read_partitioned` from the session), ``rows_per_split``,
 ``max_partitions``, ``with_row_address`` (adds ``_lance_table`` and ``_lance_rowaddr``),
+``object_ids`` (a JSON list: read only these partition tables; used by merge and update),
 ``nearest`` (a vector search returning the global top-k with ``_distance``; see
 :mod:`pipelines.search_source`), and ``storage.<key>``: a Lance storage option (``storage.aws_endpoint``,
 ``storage.aws_region``, ...), used on the driver and, pickled with the reader, by
@@ -82,6 +83,7 @@ READ_OPTIONS = (
     "rows_per_split",
     "max_partitions",
     "with_row_address",
+    "object_ids",
     "nearest",
 )
 _PROBED: dict[str, bool] = {}

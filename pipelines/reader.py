@@ -195,6 +195,7 @@ class LancePartitionedReader(DataSourceReader):
             )
         self.exact: Filter = exact
         self.prune: Filter = bind(parse_filter(options.get("prune_filter"), dialect, strict=False), arrow, dialect)
+        self.object_ids = _object_ids(options.get("object_ids"))
         self.rows_per_split = _positive_int(options, "rows_per_split", TARGET_ROWS_PER_SPLIT)
         self.max_partitions = _positive_int(options, "max_partitions", MAX_PARTITIONS)
         self._ns = ns
@@ -226,6 +227,8 @@ class LancePartitionedReader(DataSourceReader):
 
     def _partitions(self) -> list[InputPartition]:
         tasks = list(self._namespace().plan_scan(self.scan_filter))
+        if self.object_ids is not None:
+            tasks = [t for t in tasks if t.object_id in self.object_ids]
         if not tasks:
             return [_EMPTY]
         if len(tasks) >= SPLIT_TABLES_BELOW:
@@ -400,3 +403,16 @@ def _translated(batches: Iterator[pa.RecordBatch], object_id: str) -> Iterator[p
         if batch is None:
             return
         yield batch
+
+
+def _object_ids(text: str | None) -> frozenset[str] | None:
+    """The ``object_ids`` option: a JSON list of partition table ids, or None."""
+    if text is None:
+        return None
+    try:
+        ids = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"option object_ids must be a JSON list of table ids, got {text[:80]!r}") from exc
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InvalidInput(f"option object_ids must be a JSON list of table ids, got {text[:80]!r}")
+    return frozenset(ids)

@@ -89,6 +89,7 @@ WRITE_OPTIONS = (
     "max_rows_per_file",
     "max_bytes_per_file",
     "max_open_writers",
+    "mergeSchema",
 )
 OVERWRITE_MODES = ("static", "dynamic")
 SESSION_OVERWRITE_MODE = "spark.sql.sources.partitionOverwriteMode"
@@ -136,6 +137,13 @@ def overwrite_mode(value: str, source: str) -> str:
             f"{source} {value!r} is not a partition overwrite mode; allowed: {', '.join(OVERWRITE_MODES)}"
         )
     return mode
+
+
+def _true(options: Mapping[str, str], name: str) -> bool:
+    value = options.get(name, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidInput(f"option {name} must be true or false, got {options[name]!r}")
+    return value == "true"
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
@@ -245,6 +253,10 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                         f"the namespace at {root} is partitioned as {ns.current_spec}, not {wanted}; "
                         "omit option partition_by to write with the current spec"
                     )
+            if _true(opts, "mergeSchema"):
+                from pipelines.write import merge_spark_schema
+
+                ns = merge_spark_schema(schema, ns)
             return ns
         check_new_root(root, storage_options)
         if "partition_by" not in opts:

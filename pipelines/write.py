@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 
 from partitioning.errors import (
+    InvalidInput,
     NamespaceAlreadyExists,
     SchemaError,
     SpecError,
@@ -25,7 +26,7 @@ from partitioning.errors import (
 from partitioning.leases import write_lease
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
-from partitioning.schema import NamespaceSchema
+from partitioning.schema import NamespaceSchema, check_widening
 from partitioning.spec import PartitionSpec, parse_partition_by
 from partitioning.tables import check_namespace_root, check_new_root
 from partitioning.write import (
@@ -38,12 +39,12 @@ from partitioning.write import (
     commit_write,
     part_column,
 )
-from pipelines.schema import is_ml_vector, namespace_schema_from_spark, spark_schema
+from pipelines.schema import is_ml_vector, namespace_schema_from_spark, spark_schema, spark_to_arrow_schema
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.transforms import with_partition_columns
 
-__all__ = ["conform_dataframe", "write_partitioned"]
+__all__ = ["conform_dataframe", "merge_spark_schema", "write_fragments", "write_partitioned"]
 
 Mode = Literal["append", "overwrite", "overwrite_partitions", "error", "ignore"]
 _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
@@ -183,6 +184,8 @@ def write_partitioned(
     cluster: bool = True,
     max_open_writers: int = 32,
     write_id: str | None = None,
+    replace_where: str | None = None,
+    merge_schema: bool = False,
     storage_options: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Write ``df`` into the partitioned namespace at ``root``.
@@ -207,6 +210,14 @@ def write_partitioned(
     concurrent vacuum keeps the fragments (:mod:`partitioning.leases`). A relative ``root``
     is made absolute here, and refused on a cluster whose executors do not share this
     machine's files (:func:`pipelines.session.driver_root`).
+
+    ``replace_where`` (with ``mode="overwrite"``, Delta's option): atomically replaces
+    the rows matching the predicate (Spark SQL over the namespace's columns) with
+    ``df``; a row of ``df`` that does not match refuses the write, with how many, and
+    nothing changes. ``merge_schema``: ``df``'s columns missing from the namespace are
+    added (new field ids) and narrower namespace types are widened to ``df``'s
+    (int -> bigint, float -> double, decimal precision), as schema-evolution commits
+    made just before the data's commit; without it such a ``df`` is refused.
     """
     if mode not in WRITE_MODES:
         raise SpecError(f"unknown mode {mode!r}; allowed: {', '.join(WRITE_MODES)}")
@@ -219,6 +230,67 @@ def write_partitioned(
     skipped = already_committed(ns, mode, write_id)
     if skipped is not None:
         return skipped
+    if replace_where is not None and effective != "overwrite":
+        raise InvalidInput(f"replace_where needs mode='overwrite', not {mode!r}")
+    if merge_schema:
+        ns = merge_spark_schema(df.schema, ns)
+    sizes = {
+        "max_rows_per_file": max_rows_per_file,
+        "max_bytes_per_file": max_bytes_per_file,
+        "cluster": cluster,
+        "max_open_writers": max_open_writers,
+    }
+    if replace_where is not None:
+        from pipelines.rewrite import replace_where as replace_rows
+
+        return replace_rows(df, ns, replace_where, write_id=write_id, **sizes)
+    label = root.rstrip("/").rsplit("/", 1)[-1]
+    with write_lease(ns.root, ns.storage_options, write_id=write_id):
+        messages, writer = write_fragments(df, ns, **sizes)
+        with describe_jobs(df.sparkSession, f"lance_partitioned: commit ({label})"):
+            return commit_write(
+                ns,
+                messages,
+                mode=effective,  # type: ignore[arg-type]
+                spec_id=writer.planner.spec_id,
+                schema=writer.schema,
+                write_id=write_id,
+                max_rows_per_file=max_rows_per_file,
+            )
+
+
+def merge_spark_schema(struct: T.StructType, ns: PartitionedNamespace) -> PartitionedNamespace:
+    """Add ``struct``'s new columns to ``ns`` and widen the columns it holds wider types of."""
+    arrow = spark_to_arrow_schema(struct)
+    current = ns.namespace_schema.arrow
+    new = [f.with_nullable(True) for f in arrow if f.name not in current.names]
+    if new:
+        ns.add_columns(new)
+    for f in arrow:
+        if f.name not in current.names:
+            continue
+        old = current.field(f.name).type
+        if old == f.type:
+            continue
+        try:
+            check_widening(f.name, old, f.type)
+        except SchemaError:
+            continue
+        ns.widen_column(f.name, f.type)
+    return ns.refresh()
+
+
+def write_fragments(
+    df: DataFrame,
+    ns: PartitionedNamespace,
+    *,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_bytes_per_file: int | None = None,
+    cluster: bool = True,
+    max_open_writers: int = 32,
+) -> tuple[pa.Table, FragmentWriter]:
+    """Executors write ``df``'s rows as uncommitted fragments of ``ns``'s current spec; the
+    commit messages (collected on the driver) and the writer. The caller holds a write lease."""
     current = ns.current_spec
     nschema = ns.namespace_schema
     writer = FragmentWriter.for_namespace(
@@ -236,20 +308,10 @@ def write_partitioned(
     if cluster and names:
         keyed = keyed.repartition(*names).sortWithinPartitions(*names)
 
-    def write_fragments(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return writer(batches)
 
-    label = root.rstrip("/").rsplit("/", 1)[-1]
-    with write_lease(ns.root, ns.storage_options, write_id=write_id):
-        with _spark_errors(root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
-            messages = keyed.mapInArrow(write_fragments, from_arrow_schema(writer.output_schema)).toArrow()
-        with describe_jobs(df.sparkSession, f"lance_partitioned: commit ({label})"):
-            return commit_write(
-                ns,
-                messages,
-                mode=effective,  # type: ignore[arg-type]
-                spec_id=current.spec_id,
-                schema=writer.schema,
-                write_id=write_id,
-                max_rows_per_file=max_rows_per_file,
-            )
+    label = ns.root.rstrip("/").rsplit("/", 1)[-1]
+    with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
+        messages = keyed.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
+    return messages, writer
