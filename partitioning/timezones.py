@@ -104,5 +104,7 @@ def parse_timestamp_text(text: str, zone: str | None) -> dt.datetime | None:
 
 
 def as_utc(t: dt.datetime) -> dt.datetime:
-    """``t`` made aware: a naive time (as Lance and file systems report them) is UTC."""
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
+    """``t`` as an aware UTC time. A naive time is this machine's local time: pylance
+    reports version times with ``datetime.fromtimestamp`` (local, naive), and Python
+    reads a naive ``datetime`` the same way."""
+    return t.astimezone(dt.UTC)
