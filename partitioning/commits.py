@@ -13,11 +13,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import lance
 import pyarrow as pa
 
 from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
+from partitioning.history import Operation
 from partitioning.locations import object_id_from_location, spec_id_of
-from partitioning.manifest import partition_column
+from partitioning.manifest import ManifestStore, partition_column
 from partitioning.state import ManifestHandle, NamespaceState, TableCommit
 from partitioning.transforms import canonical_float
 
@@ -25,11 +27,13 @@ __all__ = [
     "DEFAULT_COMMIT_RETRIES",
     "WRITE_IDS_PROPERTY",
     "WRITE_ID_HISTORY",
+    "commit_metadata",
     "commit_once",
     "commit_rows",
     "commit_tables",
     "committed_write_ids",
     "lock_rows",
+    "merge_manifest_rows",
     "remove_tables",
 ]
 
@@ -38,14 +42,52 @@ WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
 WRITE_ID_HISTORY = 100
 
 
-def commit_tables(ns: ManifestHandle, commits: Iterable[TableCommit], *, max_retries: int) -> int:
+def merge_manifest_rows(
+    store: ManifestStore,
+    base: lance.LanceDataset,
+    rows: pa.Table,
+    operation: Operation | None,
+    *,
+    delete_other_partitions: bool = False,
+    delete_ids: Sequence[str] = (),
+    delete_others: bool = False,
+) -> int:
+    """:meth:`ManifestStore.merge_rows` recording ``operation`` in the commit's Lance
+    transaction properties (:mod:`partitioning.history`). Returns the new version."""
+    return store.merge_rows(
+        base,
+        rows,
+        delete_other_partitions=delete_other_partitions,
+        delete_ids=delete_ids,
+        delete_others=delete_others,
+        transaction_properties=operation.properties() if operation is not None else None,
+    )
+
+
+def commit_metadata(
+    store: ManifestStore,
+    base: lance.LanceDataset,
+    properties: Mapping[str, str],
+    operation: Operation | None,
+    *,
+    replace: bool = False,
+) -> int:
+    """:meth:`ManifestStore.update_metadata` on ``base`` recording ``operation``; ``replace``
+    drops every key not in ``properties``. Returns the version."""
+    recorded = operation.properties() if operation is not None else None
+    return store.update_metadata(properties, base=base, replace=replace, transaction_properties=recorded)
+
+
+def commit_tables(
+    ns: ManifestHandle, commits: Iterable[TableCommit], *, max_retries: int, operation: Operation | None = None
+) -> int:
     """``ns.commit_once`` on the latest manifest, retried up to ``max_retries`` times on conflicts."""
     requested = list(commits)
     last_error: ConcurrentModification | None = None
     for _ in range(max_retries + 1):
         ns.refresh()
         try:
-            return ns.commit_once(requested)
+            return ns.commit_once(requested, operation=operation)
         except ConcurrentModification as exc:
             last_error = exc
     raise ConcurrentModification(
@@ -54,8 +96,16 @@ def commit_tables(ns: ManifestHandle, commits: Iterable[TableCommit], *, max_ret
     ) from last_error
 
 
-def commit_once(ns: ManifestHandle, commits: Sequence[TableCommit], *, replace_all: bool, write_id: str | None) -> int:
-    """One optimistic commit of ``commits`` on the state ``ns`` last read; the new manifest version."""
+def commit_once(
+    ns: ManifestHandle,
+    commits: Sequence[TableCommit],
+    *,
+    replace_all: bool,
+    write_id: str | None,
+    operation: Operation | None = None,
+) -> int:
+    """One optimistic commit of ``commits`` on the state ``ns`` last read, recording
+    ``operation`` (:mod:`partitioning.history`); the new manifest version."""
     state = ns._state
     if replace_all:
         spec_ids = set(state.specs)
@@ -65,12 +115,12 @@ def commit_once(ns: ManifestHandle, commits: Sequence[TableCommit], *, replace_a
     rows = commit_rows(state, commits, base.schema.names)
     rows.extend(lock_rows(state, spec_ids, write_id))
     table = pa.Table.from_pylist(rows, schema=base.schema)
-    ns._store.merge_rows(base, table, delete_other_partitions=replace_all)
+    merge_manifest_rows(ns._store, base, table, operation, delete_other_partitions=replace_all)
     ns.refresh()
     return ns._state.version
 
 
-def remove_tables(ns: ManifestHandle, object_ids: Sequence[str]) -> int:
+def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
     """Remove tables, and namespaces left without tables, in one optimistic commit."""
     state = ns._state
     doomed = set(object_ids)
@@ -88,7 +138,7 @@ def remove_tables(ns: ManifestHandle, object_ids: Sequence[str]) -> int:
     spec_ids = {tables[oid] for oid in doomed} or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
     rows = pa.Table.from_pylist(lock_rows(state, spec_ids, None), schema=base.schema)
-    ns._store.merge_rows(base, rows, delete_ids=sorted(doomed | empty))
+    merge_manifest_rows(ns._store, base, rows, operation, delete_ids=sorted(doomed | empty))
     ns.refresh()
     return ns._state.version
 

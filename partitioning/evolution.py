@@ -9,14 +9,19 @@ methods of the same names call these functions.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+import lance
 import pyarrow as pa
+from lance.dataset import LanceOperation, Transaction
+from lance.schema import LanceSchema
 
-from partitioning.commits import lock_rows
-from partitioning.errors import ConcurrentModification, SpecError
-from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, partition_column
+from partitioning.commits import commit_metadata, lock_rows, merge_manifest_rows
+from partitioning.errors import ConcurrentModification, SpecError, translate_lance_errors
+from partitioning.history import Operation
+from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column
 from partitioning.schema import NamespaceSchema, parse_type
 from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
 from partitioning.state import ManifestHandle
@@ -37,7 +42,11 @@ ColumnsLike: TypeAlias = pa.Schema | pa.Field | Sequence[pa.Field] | Mapping[str
 def evolve_partition_spec(
     ns: ManifestHandle, fields: PartitionSpec | str | Mapping[str, Any] | Sequence[str | PartitionField]
 ) -> PartitionSpec:
-    """Add spec version N+1 made of ``fields``; see :meth:`PartitionedNamespace.evolve_partition_spec`."""
+    """Add spec version N+1 made of ``fields``; see :meth:`PartitionedNamespace.evolve_partition_spec`.
+
+    Up to three ``__manifest`` commits (new partition columns, the ``v<N+1>`` row, the
+    spec property), each recorded as ``EVOLVE_SPEC``."""
+    started = time.monotonic()
     ns.refresh()
     schema = ns._state.schema
     new_id = max(ns._state.specs) + 1
@@ -77,27 +86,70 @@ def evolve_partition_spec(
                 )
         else:
             new_columns[f.field_id] = rtype
-    ns._store.add_partition_columns(new_columns)
+    evolved = Operation("EVOLVE_SPEC", {"spec_id": str(new_id), "fields": ", ".join(str(f) for f in spec.fields)})
+    add_manifest_columns(ns._store, new_columns, evolved.with_metrics(columns_added=len(new_columns)))
     ns.refresh()
     base = ns._store.dataset(ns._state.version)
     row = dict.fromkeys(base.schema.names)
     row.update(object_id=f"v{new_id}", object_type="namespace", metadata="{}")
     rows = [row, *lock_rows(ns._state, ns._state.specs, None)]
-    ns._store.merge_rows(base, pa.Table.from_pylist(rows, schema=base.schema))
-    ns._store.update_metadata({f"{SPEC_KEY_PREFIX}{new_id}": spec.to_json()})
+    merge_manifest_rows(ns._store, base, pa.Table.from_pylist(rows, schema=base.schema), evolved.timed(started))
+    properties = {f"{SPEC_KEY_PREFIX}{new_id}": spec.to_json()}
+    commit_metadata(ns._store, ns._store.dataset(), properties, evolved.timed(started))
     ns.refresh()
     return spec
+
+
+def add_manifest_columns(store: ManifestStore, columns: Mapping[str, pa.DataType], operation: Operation) -> None:
+    """Add nullable ``partition_field_*`` columns (all NULL; no data is rewritten) in one commit
+    recording ``operation``: a Lance Merge of the same fragments under the wider schema,
+    retried on a concurrent commit. Should Lance number the existing columns differently
+    than they are, :meth:`ManifestStore.add_partition_columns` adds them (unrecorded)."""
+    if not columns:
+        return
+    last: ConcurrentModification | None = None
+    for _ in range(8):
+        ds = store.dataset()
+        wider = pa.schema([*ds.schema, *(pa.field(partition_column(f), t) for f, t in columns.items())])
+        lance_schema = LanceSchema.from_pyarrow(wider)
+        existing = _field_ids(ds.lance_schema)
+        if _field_ids(lance_schema)[: len(existing)] != existing:
+            store.add_partition_columns(columns)
+            return
+        merge = LanceOperation.Merge([f.metadata for f in ds.get_fragments()], lance_schema)
+        txn = Transaction(ds.version, merge, transaction_properties=operation.properties())
+        opts = dict(store.storage_options) if store.storage_options else None
+        try:
+            with translate_lance_errors(f"add columns to {store.uri}"):
+                lance.LanceDataset.commit(store.uri, txn, read_version=ds.version, storage_options=opts, max_retries=0)
+            return
+        except ConcurrentModification as exc:
+            last = exc
+    raise ConcurrentModification(f"adding partition columns to {store.uri} lost 8 races: {last}") from last
+
+
+def _field_ids(schema: LanceSchema) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    pending = list(schema.fields())
+    while pending:
+        f = pending.pop(0)
+        out.append((f.name(), f.id()))
+        pending[:0] = f.children()
+    return out
 
 
 def add_columns(ns: ManifestHandle, columns: ColumnsLike, *, max_retries: int) -> NamespaceSchema:
     """Add nullable columns with fresh field ids."""
     new = _coerce_columns(columns)
-    return evolve_schema(ns, lambda s: s.with_columns(new), max_retries=max_retries)
+    shown = ", ".join(f"{f.name} {f.type}" for f in new)
+    added = Operation("EVOLVE_SCHEMA", {"change": "add_columns", "columns": shown}, {"columns_added": len(new)})
+    return evolve_schema(ns, lambda s: s.with_columns(new), max_retries=max_retries, operation=added)
 
 
 def rename_column(ns: ManifestHandle, old: str, new: str, *, max_retries: int) -> NamespaceSchema:
     """Rename a column; its field id stays."""
-    return evolve_schema(ns, lambda s: s.with_renamed(old, new), max_retries=max_retries)
+    renamed = Operation("EVOLVE_SCHEMA", {"change": "rename_column", "column": old, "new_name": new})
+    return evolve_schema(ns, lambda s: s.with_renamed(old, new), max_retries=max_retries, operation=renamed)
 
 
 def drop_column(ns: ManifestHandle, name: str, *, max_retries: int) -> NamespaceSchema:
@@ -114,7 +166,8 @@ def drop_column(ns: ManifestHandle, name: str, *, max_retries: int) -> Namespace
                 )
         return schema.without(name)
 
-    return evolve_schema(ns, change, max_retries=max_retries)
+    dropped = Operation("EVOLVE_SCHEMA", {"change": "drop_column", "column": name})
+    return evolve_schema(ns, change, max_retries=max_retries, operation=dropped)
 
 
 def widen_column(ns: ManifestHandle, name: str, new_type: pa.DataType | str, *, max_retries: int) -> NamespaceSchema:
@@ -132,11 +185,16 @@ def widen_column(ns: ManifestHandle, name: str, new_type: pa.DataType | str, *, 
                     )
         return schema.with_widened(name, target)
 
-    return evolve_schema(ns, change, max_retries=max_retries)
+    widened = Operation("EVOLVE_SCHEMA", {"change": "widen_column", "column": name, "type": str(target)})
+    return evolve_schema(ns, change, max_retries=max_retries, operation=widened)
 
 
 def evolve_schema(
-    ns: ManifestHandle, change: Callable[[NamespaceSchema], NamespaceSchema], *, max_retries: int
+    ns: ManifestHandle,
+    change: Callable[[NamespaceSchema], NamespaceSchema],
+    *,
+    max_retries: int,
+    operation: Operation | None = None,
 ) -> NamespaceSchema:
     """Apply ``change`` to the latest schema and store it with an optimistic check.
 
@@ -145,14 +203,17 @@ def evolve_schema(
     effort: the schema change has already happened) so that writes begun under the old
     schema conflict, re-read and refuse to commit; a write that commits before that
     simply happened before the change, and reads reconcile its partitions by field id.
+    Both commits record ``operation`` (default: ``EVOLVE_SCHEMA``).
     """
+    started = time.monotonic()
+    evolved = operation or Operation("EVOLVE_SCHEMA")
     last: ConcurrentModification | None = None
     for _ in range(max_retries + 1):
         ns.refresh()
         new = change(ns._state.schema)
         try:
             read = ns._store.dataset(ns._state.version)
-            ns._store.update_metadata({SCHEMA_KEY: new.to_json()}, base=read)
+            commit_metadata(ns._store, read, {SCHEMA_KEY: new.to_json()}, evolved.timed(started))
         except ConcurrentModification as exc:
             last = exc
             continue
@@ -161,7 +222,9 @@ def evolve_schema(
             try:
                 base = ns._store.dataset(ns._state.version)
                 rows = lock_rows(ns._state, ns._state.specs, None)
-                ns._store.merge_rows(base, pa.Table.from_pylist(rows, schema=base.schema))
+                merge_manifest_rows(
+                    ns._store, base, pa.Table.from_pylist(rows, schema=base.schema), evolved.timed(started)
+                )
                 break
             except ConcurrentModification as exc:
                 last = exc

@@ -27,7 +27,14 @@ import lance
 import pyarrow as pa
 from lance.indices import IndicesBuilder
 
-from partitioning.errors import CorruptNamespace, InvalidInput, PartitioningError, first_line, translate_lance_errors
+from partitioning.errors import (
+    ConcurrentModification,
+    CorruptNamespace,
+    InvalidInput,
+    PartitioningError,
+    first_line,
+    translate_lance_errors,
+)
 from partitioning.manifest import ManifestStore, contained, filesystem_of, join_uri
 
 __all__ = [
@@ -104,9 +111,24 @@ def recorded_specs(properties: Mapping[str, str]) -> dict[str, IndexSpec]:
     }
 
 
+DEFINITION_ATTEMPTS = 8
+
+
 def record_spec(root: str, spec: IndexSpec, storage_options: Mapping[str, str] | None) -> None:
     """Record ``spec`` in the ``__manifest`` properties (replacing one of the same name)."""
-    ManifestStore(root, storage_options).update_metadata({f"{PROPERTY_PREFIX}{spec.name}": spec.to_json()})
+    from partitioning.commits import commit_metadata
+    from partitioning.history import Operation
+
+    store = ManifestStore(root, storage_options)
+    properties = {f"{PROPERTY_PREFIX}{spec.name}": spec.to_json()}
+    recorded = Operation("INDEX", {"index": spec.name, "step": "definition"})
+    for attempt in range(DEFINITION_ATTEMPTS):
+        try:
+            commit_metadata(store, store.dataset(), properties, recorded)
+            return
+        except ConcurrentModification:
+            if attempt == DEFINITION_ATTEMPTS - 1:
+                raise
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -24,6 +25,7 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
+from partitioning.history import Operation
 from partitioning.index_model import IndexSpec, VectorModel, load_model, model_kwargs
 from partitioning.namespace import PartitionedNamespace, TableCommit, open_partition_table
 from partitioning.scan import ScanTask
@@ -270,7 +272,9 @@ def _commit_one(
 
 
 def commit_indexes(ns: PartitionedNamespace, builds: Iterable[IndexBuild], names: Sequence[str] = ()) -> IndexReport:
-    """Driver side: commit each dataset's new segments, then ONE ``__manifest`` commit."""
+    """Driver side: commit each dataset's new segments, then ONE ``__manifest`` commit
+    (``INDEX`` in the history, ``duration_ms`` from this call to the commit)."""
+    started = time.monotonic()
     by_table: dict[str, list[IndexBuild]] = {}
     for b in builds:
         by_table.setdefault(b.task.object_id, []).append(b)
@@ -292,8 +296,11 @@ def commit_indexes(ns: PartitionedNamespace, builds: Iterable[IndexBuild], names
             commits.append(TableCommit(table.spec_id, table.values, table.location, int(head.version), object_id))
         if not commits:
             return IndexReport("index", ns.root, ns.manifest_version, tuple(names))
+        built = Operation("INDEX", {"indexes": ",".join(names)}, {"partitions_touched": len(commits)})
         try:
-            version = ns.commit_once(commits)
+            version = ns.commit_once(
+                commits, operation=built.with_metrics(partitions_rebuilt=len(rebuilt)).timed(started)
+            )
         except ConcurrentModification:
             continue
         return IndexReport("index", ns.root, version, tuple(names), len(commits), tuple(sorted(rebuilt)))

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,27 +35,29 @@ from partitioning.errors import (
     translate_lance_errors,
 )
 from partitioning.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
+from partitioning.history import Operation
 from partitioning.leases import list_leases, protected_since, write_lease
 from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri
-from partitioning.namespace import PartitionedNamespace, TableCommit, open_partition_table
+from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit, open_partition_table
 from partitioning.orphans import (
     delete_files,
     find_orphans,
+    made_here,
     merged,
     recorded_read_versions,
     remove_empty_dirs,
     table_files,
 )
+from partitioning.rewrites import PARALLEL_COMMITS, delete_and_append
 from partitioning.scan import ScanTask
 from partitioning.sqlengine import matching_rows
 from partitioning.tables import (
-    align_schema,
     commit_rewrites,
     compact_fragments,
     dataset_columns,
-    is_aligned,
     latest_keeping_indexes,
     reconcile,
+    restore_as_latest,
 )
 from partitioning.timezones import as_utc
 
@@ -91,6 +95,7 @@ class MaintenanceReport:
     deleted: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     dry_run: bool = False
+    foreign_versions: tuple[str, ...] = ()  # vacuum: unreferenced dataset versions other Lance clients made, kept
 
     def summary(self) -> str:
         head = f"{self.operation} {self.root}"
@@ -110,7 +115,12 @@ class MaintenanceReport:
         tail = f", __manifest v{self.manifest_version}" if self.manifest_version is not None else ""
         why = "in use or not written by Lance" if self.operation == "vacuum" else "changed concurrently"
         skipped = f" ({len(self.skipped)} {why}, left as they were)" if self.skipped else ""
-        return f"{head}: {body}{tail}{skipped}"
+        foreign = (
+            f"; kept {len(self.foreign_versions)} sets of dataset versions other Lance clients committed"
+            if self.foreign_versions
+            else ""
+        )
+        return f"{head}: {body}{tail}{skipped}{foreign}"
 
 
 # -- compaction -----------------------------------------------------------------------------------
@@ -216,6 +226,7 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
     keeps the table's indexes covering the rows they covered, remapped to the rewritten
     fragments (:func:`partitioning.tables.commit_rewrites`).
     """
+    started = time.monotonic()
     by_table: dict[str, list[CompactionResult]] = {}
     for r in results:
         by_table.setdefault(r.task.object_id, []).append(r)
@@ -241,8 +252,10 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
         by_table = {k: v for k, v in by_table.items() if k not in skipped}
         if not commits:
             return MaintenanceReport("compact", ns.root, ns.manifest_version, skipped=tuple(skipped))
+        metrics = {"partitions_touched": len(commits), "rows_rewritten": rows}
+        metrics.update(files_before=before, files_after=after, partitions_skipped=len(skipped))
         try:
-            version = ns.commit_once(commits)
+            version = ns.commit_once(commits, operation=Operation("COMPACT", {}, metrics).timed(started))
         except ConcurrentModification:
             continue
         return MaintenanceReport("compact", ns.root, version, len(commits), rows, before, after, skipped=tuple(skipped))
@@ -302,6 +315,7 @@ def drop_partitions(
     DataFusion. ONE ``__manifest`` commit removes the tables and any namespace left
     empty; their files remain for time travel until :func:`vacuum`.
     """
+    started = time.monotonic()
     ns = _namespace(root, storage_options)
     d = dialect or Dialect.datafusion()
     parsed = parse_filter(filter, d, strict=False)
@@ -329,8 +343,9 @@ def drop_partitions(
             doomed.extend(group[i].object_id for i in match(values, filter))
         if not doomed:
             return MaintenanceReport("drop_partitions", ns.root, ns.manifest_version)
+        dropped = Operation("DROP_PARTITIONS", {"filter": filter}, {"partitions_removed": len(doomed)})
         try:
-            version = ns.remove_tables(doomed)
+            version = ns.remove_tables(doomed, operation=dropped.timed(started))
         except ConcurrentModification:
             continue
         return MaintenanceReport("drop_partitions", ns.root, version, tables=len(doomed), deleted=tuple(doomed))
@@ -377,6 +392,7 @@ def delete_rows(
     loses rows gets a new version (its schema first brought up to the namespace schema,
     metadata-only), then ONE ``__manifest`` commit moves them all.
     """
+    started = time.monotonic()
     ns = _namespace(root, storage_options)
     d = dialect or Dialect.datafusion()
     if isinstance(parse_filter(filter, d, strict=False), TrueFilter):
@@ -384,39 +400,43 @@ def delete_rows(
     finder = find_rows or rows_to_delete_datafusion
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
-        schema = ns.namespace_schema
         tables = {t.object_id: t for t in ns.partitions()}
         tasks = list(ns.plan_scan(filter, dialect=d))
         for task in tasks:
             if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
                 raise InvalidInput(f"delete_rows: table {task.object_id} is read from a branch or tag; not supported")
-        found = finder(ns, tasks, filter)
-        commits, rows = [], 0
-        for task in tasks:
-            addresses = sorted(set(found.get(task.object_id, ())))
-            if not addresses:
-                continue
-            assert task.read_version is not None
-            head = latest_keeping_indexes(task.uri, task.read_version, ns.storage_options)
-            if not is_aligned(head, schema):
-                head = align_schema(task.uri, head, schema, ns.storage_options)
-            before = head.count_rows()
-            with translate_lance_errors(f"delete rows from {task.object_id}"):
-                for i in range(0, len(addresses), 10_000):
-                    head.delete(f"_rowaddr IN ({', '.join(map(str, addresses[i : i + 10_000]))})")
-            removed = before - head.count_rows()
-            if removed:
-                table = tables[task.object_id]
-                commits.append(TableCommit(table.spec_id, table.values, table.location, head.version, table.object_id))
-                rows += removed
-        if not commits:
+        planned = {t.object_id for t in tasks}
+        found = {oid: sorted(set(a)) for oid, a in finder(ns, tasks, filter).items() if a and oid in planned}
+        rows = sum(len(a) for a in found.values())
+        if not found:
             return MaintenanceReport("delete_rows", ns.root, ns.manifest_version)
-        try:
-            version = ns.commit_once(commits)
-        except ConcurrentModification:
-            continue
+        deleted = Operation("DELETE", {"filter": filter}, {"rows_removed": rows, "partitions_touched": len(found)})
+        with write_lease(ns.root, ns.storage_options):  # vacuum keeps the new versions until the commit
+            versions = _delete_addresses(ns, [tables[oid] for oid in found], found)
+            commits = [
+                TableCommit(tables[oid].spec_id, tables[oid].values, tables[oid].location, version, oid)
+                for oid, version in versions.items()
+            ]
+            try:
+                version = ns.commit_once(commits, operation=deleted.timed(started))
+            except ConcurrentModification:
+                continue
         return MaintenanceReport("delete_rows", ns.root, version, tables=len(commits), rows=rows)
     raise ConcurrentModification(f"delete_rows on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
+
+
+def _delete_addresses(
+    ns: PartitionedNamespace, tables: Sequence[PartitionTable], addresses: Mapping[str, Sequence[int]]
+) -> dict[str, int]:
+    """One marked dataset version per table without the rows at ``addresses`` (in parallel)."""
+    schema = ns.namespace_schema
+
+    def one(table: PartitionTable) -> int:
+        base = ns.open_table(table)
+        return delete_and_append(table.uri, schema, base, [], addresses[table.object_id], ns.storage_options)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(tables)))) as pool:
+        return dict(zip([t.object_id for t in tables], pool.map(one, tables), strict=True))
 
 
 # -- vacuum ---------------------------------------------------------------------------------------
@@ -437,6 +457,7 @@ class _Deletion:
     files: tuple[str, ...] = ()
     dirs: tuple[str, ...] = ()
     versions: tuple[str, tuple[int, ...]] | None = None
+    restore: int | None = None  # restored as the latest version first, if the latest is among ``versions``
 
 
 def _dataset_or_none(uri: str, opts: Mapping[str, str] | None) -> lance.LanceDataset | None:
@@ -447,6 +468,44 @@ def _dataset_or_none(uri: str, opts: Mapping[str, str] | None) -> lance.LanceDat
         if table_files(uri, opts) is None or "not found" in str(exc).lower():
             return None
         raise PartitioningError(f"vacuum: cannot open {uri}: {first_line(exc)}") from exc
+
+
+def _dangling(
+    ds: lance.LanceDataset,
+    infos: Sequence[Mapping[str, Any]],
+    newest: int,
+    recorded: set[int | None],
+    cutoff: dt.datetime,
+    since: dt.datetime | None,
+) -> tuple[list[int], list[int], int | None]:
+    """The versions after ``newest`` (the newest read_version a retained ``__manifest`` version
+    records), which writes that died before their ``__manifest`` commit leave behind:
+    (this project's, older than ``cutoff`` and ``since``, to delete; other clients', kept;
+    the version to restore as the latest first when the latest is to go, else None).
+
+    Authorship is :func:`partitioning.orphans.made_here`. A latest version that is a
+    ``Restore`` stays: it holds an older version's content (vacuum's own restore is one).
+    """
+    above = {int(v["version"]): _aware(v["timestamp"]) for v in infos if v["version"] > newest}
+    if not above:
+        return [], [], None
+    ours = made_here(ds, newest, recorded)
+    foreign = sorted(v for v in above if v not in ours)
+    doomed = sorted(v for v, t in above.items() if v in ours and t < cutoff and (since is None or t < since))
+    latest = max(above)
+    if doomed and doomed[-1] == latest and isinstance(_operation(ds, latest), lance.LanceOperation.Restore):
+        doomed.pop()
+    if not doomed or doomed[-1] != latest:
+        return doomed, foreign, None
+    return doomed, foreign, max(v for v in [newest, *above] if v not in doomed)
+
+
+def _operation(ds: lance.LanceDataset, version: int) -> Any:
+    try:
+        txn = ds.read_transaction(version)
+    except (OSError, ValueError, RuntimeError, TypeError):
+        return None
+    return txn.operation if txn is not None else None
 
 
 def _table_dir(
@@ -491,7 +550,13 @@ def vacuum(
       (dropped partitions), where a retained version is one after ``cutoff`` or the one
       current at it;
     - dataset versions below the newest one a retained manifest version reads that no
-      retained manifest version reads (newer ones may belong to writes in progress);
+      retained manifest version reads;
+    - dataset versions after that newest one (left by writes that committed datasets and
+      then failed before their ``__manifest`` commit) that this project committed
+      (:func:`partitioning.orphans.made_here`) before ``cutoff``; if the latest version is
+      one, the newest version kept is first restored as the latest (a marked Lance
+      ``Restore``, so a plain Lance reader opens the recorded content). Those other Lance
+      clients committed are kept and listed in the report's ``foreign_versions``;
     - ``__manifest`` versions older than the one current at ``cutoff``;
     - write leases whose heartbeat stopped :data:`partitioning.leases.LEASE_TTL` ago.
 
@@ -533,8 +598,10 @@ def vacuum(
         recorded = recorded_read_versions(ns.root, ns.storage_options)
         kept_versions = _retained_versions(manifest, cutoff)
     retained = merged(recorded[v] for v in kept_versions if v in recorded)
+    known = merged(recorded.values())
     plan: list[_Deletion] = []
     kept: list[str] = []
+    foreign: list[str] = []
 
     for orphan in find_orphans(ns.root, ns.storage_options, recorded=recorded):
         if orphan.kind == "data_file":
@@ -547,7 +614,7 @@ def vacuum(
             plan.extend([deletion] if deletion is not None else [])
             kept.extend([why] if why is not None else [])
 
-    for location in sorted(merged(recorded.values())):
+    for location in sorted(known):
         uri = join_uri(ns.root, location)
         if location not in retained and location not in latest_locations:
             item = f"table_dir {uri} (no retained __manifest version refers to it)"
@@ -562,9 +629,10 @@ def vacuum(
         if ds is None:
             continue
         newest = max(v for v in needed if v is not None)
+        infos = ds.versions()
         doomed = sorted(
             v["version"]
-            for v in ds.versions()
+            for v in infos
             if v["version"] < newest
             and v["version"] not in needed
             and (since is None or _aware(v["timestamp"]) < since)
@@ -573,6 +641,13 @@ def vacuum(
             plan.append(
                 _Deletion(f"versions {uri} {_ranges(doomed)} (no retained read_version)", versions=(uri, tuple(doomed)))
             )
+        with translate_lance_errors(f"vacuum {ns.root}: read the history of {uri}"):
+            dangling, others, restore = _dangling(ds, infos, newest, known.get(location, set()), cutoff, since)
+        if dangling:
+            item = f"versions {uri} {_ranges(dangling)} (after every retained read_version: a write that failed)"
+            plan.append(_Deletion(item, versions=(uri, tuple(dangling)), restore=restore))
+        if others:
+            foreign.append(f"versions {uri} {_ranges(others)} (after every retained read_version, another client's)")
 
     if kept_versions:
         doomed = sorted(v["version"] for v in manifest.versions() if v["version"] < kept_versions[0])
@@ -587,19 +662,34 @@ def vacuum(
             kept.extend(f"{uri}: outside the root" for uri in delete_files(ns.root, deletion.files, opts))
             remove_empty_dirs(ns.root, deletion.dirs, opts)
             if deletion.versions is not None:
-                _cleanup_versions(ns.root, *deletion.versions, opts)
+                _cleanup_versions(ns.root, *deletion.versions, opts, restore=deletion.restore)
     return MaintenanceReport(
-        "vacuum", ns.root, None, deleted=tuple(d.item for d in plan), skipped=tuple(kept), dry_run=dry_run
+        "vacuum",
+        ns.root,
+        None,
+        deleted=tuple(d.item for d in plan),
+        skipped=tuple(kept),
+        dry_run=dry_run,
+        foreign_versions=tuple(foreign),
     )
 
 
-def _cleanup_versions(root: str, uri: str, versions: Sequence[int], opts: Mapping[str, str] | None) -> None:
-    """Lance's own cleanup of ``versions`` of the dataset at ``uri`` (inside ``root``); a dataset gone is fine."""
+def _cleanup_versions(
+    root: str, uri: str, versions: Sequence[int], opts: Mapping[str, str] | None, *, restore: int | None = None
+) -> None:
+    """Lance's own cleanup of ``versions`` of the dataset at ``uri`` (inside ``root``); a dataset gone is fine.
+
+    Lance never removes the latest version: if it is among ``versions``, version ``restore``
+    is first restored as the latest (a marked ``Restore``); if something was committed
+    meanwhile, the latest is not among them and nothing is restored.
+    """
     contained(root, uri)
     ds = _dataset_or_none(uri, opts)
     if ds is None:
         return
     with translate_lance_errors(f"vacuum {root}: clean up versions {_ranges(list(versions))} of {uri}"):
+        if restore is not None and ds.version in versions:
+            ds = restore_as_latest(uri, restore, opts)[0]
         ds.cleanup_old_versions(versions=list(versions), error_if_tagged_old_versions=False)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 import pyarrow.fs as pafs
+from lance.dataset import LanceOperation, Transaction
 
 from partitioning.errors import (
     CorruptNamespace,
@@ -280,19 +281,28 @@ class ManifestStore:
                 numbers.append(2**64 - 1 - int(stem) if len(stem) == 20 else int(stem))
         return max(numbers, default=None)
 
-    def create(self, rows: pa.Table, metadata: Mapping[str, str]) -> lance.LanceDataset:
-        """Create ``__manifest`` with its first rows, then store the root properties."""
+    def create(
+        self, rows: pa.Table, metadata: Mapping[str, str], *, properties: Mapping[str, str] | None = None
+    ) -> lance.LanceDataset:
+        """Create ``__manifest`` with its first rows, then store the root properties; both
+        commits carry the Lance transaction ``properties`` (what history shows)."""
+        props = dict(properties or {})
         with storage_errors(self.storage_options), translate_lance_errors(f"create {self.uri}"):
             try:
                 ds = lance.write_dataset(
-                    rows, self.uri, schema=rows.schema, mode="create", storage_options=self.storage_options
+                    rows,
+                    self.uri,
+                    schema=rows.schema,
+                    mode="create",
+                    storage_options=self.storage_options,
+                    transaction_properties=props,
                 )
             except OSError as exc:
                 if "already exists" in str(exc).lower() or "exists" in str(exc).lower():
                     raise NamespaceAlreadyExists(f"a namespace already exists at {self.root}") from exc
                 raise
-            ds.update_metadata(dict(metadata))
-            return ds
+        self.update_metadata(metadata, base=ds, transaction_properties=props)
+        return self.dataset()
 
     # -- reads -----------------------------------------------------------------------------
     @staticmethod
@@ -311,14 +321,26 @@ class ManifestStore:
             with translate_lance_errors(f"add columns to {self.uri}"):
                 self.dataset().add_columns([pa.field(partition_column(f), t) for f, t in columns.items()])
 
-    def update_metadata(self, properties: Mapping[str, str], *, base: lance.LanceDataset | None = None) -> None:
-        """Set root properties (``__manifest`` table metadata), keeping the others.
-
-        With ``base``, a concurrent change of the same keys since that version raises
-        :class:`ConcurrentModification` instead of being overwritten.
-        """
+    def update_metadata(
+        self,
+        properties: Mapping[str, str],
+        *,
+        base: lance.LanceDataset | None = None,
+        replace: bool = False,
+        transaction_properties: Mapping[str, str] | None = None,
+    ) -> int:
+        """Set root properties (``__manifest`` table metadata) in one commit on ``base``
+        (default: the latest version), keeping the others unless ``replace``; the commit
+        carries ``transaction_properties`` (what history shows). A concurrent change of the
+        same keys since ``base`` raises :class:`ConcurrentModification`. Returns the version."""
+        read = base if base is not None else self.dataset()
+        update = LanceOperation.UpdateConfig(table_metadata_updates=LanceOperation.UpdateMap(dict(properties), replace))
+        txn = Transaction(read.version, update, transaction_properties=dict(transaction_properties or {}))
         with translate_lance_errors(f"update properties of {self.uri}"):
-            (base if base is not None else self.dataset()).update_metadata(dict(properties))
+            committed = lance.LanceDataset.commit(
+                self.uri, txn, read_version=read.version, storage_options=self.storage_options, max_retries=0
+            )
+        return int(committed.version)
 
     def merge_rows(
         self,
@@ -327,16 +349,20 @@ class ManifestStore:
         *,
         delete_other_partitions: bool = False,
         delete_ids: Sequence[str] = (),
-    ) -> None:
-        """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version.
+        delete_others: bool = False,
+        transaction_properties: Mapping[str, str] | None = None,
+    ) -> int:
+        """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version, carrying
+        ``transaction_properties``; returns the new version.
 
-        Lance's own retries are off: a conflict with a commit made since ``ds`` was read
-        raises :class:`ConcurrentModification`, and the caller rebases. With
-        ``delete_other_partitions`` every partition namespace or table row absent from
-        ``rows`` is deleted in the same commit; ``delete_ids`` deletes exactly those rows.
+        Lance's own retries are off: a commit made since ``ds`` that touches the same rows
+        (every commit rewrites the ``v<N>`` lock rows) raises :class:`ConcurrentModification`,
+        and the caller rebases. With ``delete_other_partitions`` every partition namespace
+        or table row absent from ``rows`` is deleted in the same commit; ``delete_ids``
+        deletes exactly those rows; ``delete_others`` every row absent from ``rows``.
         """
-        if delete_other_partitions and delete_ids:
-            raise ValueError("delete_other_partitions and delete_ids exclude each other")
+        if sum((delete_other_partitions, bool(delete_ids), delete_others)) > 1:
+            raise ValueError("delete_other_partitions, delete_ids and delete_others exclude each other")
         with translate_lance_errors(f"commit {self.uri}"):
             builder = ds.merge_insert("object_id").when_matched_update_all().when_not_matched_insert_all()
             if delete_other_partitions:
@@ -344,4 +370,11 @@ class ManifestStore:
             elif delete_ids:
                 quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in delete_ids)
                 builder = builder.when_not_matched_by_source_delete(f"object_id IN ({quoted})")
-            builder.conflict_retries(0).execute(rows.select(ds.schema.names).cast(ds.schema))
+            elif delete_others:
+                builder = builder.when_not_matched_by_source_delete()
+            txn, _ = builder.conflict_retries(0).execute_uncommitted(rows.select(ds.schema.names).cast(ds.schema))
+            txn.transaction_properties = dict(transaction_properties or {})
+            committed = lance.LanceDataset.commit(
+                self.uri, txn, read_version=ds.version, storage_options=self.storage_options, max_retries=0
+            )
+        return int(committed.version)

@@ -31,6 +31,7 @@ from partitioning.describe import format_partition_value as format_partition_val
 from partitioning.errors import NamespaceAlreadyExists, SpecError
 from partitioning.evolution import ColumnsLike
 from partitioning.filters import Dialect, Filter, parse_filter
+from partitioning.history import Operation, history_table
 from partitioning.locations import BOUNDED_TABLE_DIR_RE as BOUNDED_TABLE_DIR_RE
 from partitioning.locations import MAX_NAME_BYTES as MAX_NAME_BYTES
 from partitioning.locations import TABLE_NAME as TABLE_NAME
@@ -93,7 +94,8 @@ class PartitionedNamespace:
         row: dict[str, Any] = dict.fromkeys(mschema.names)
         row.update(object_id="v1", object_type="namespace", metadata="{}")
         metadata = {SCHEMA_KEY: ns_schema.to_json(), f"{SPEC_KEY_PREFIX}1": first.to_json()}
-        store.create(pa.Table.from_pylist([row], schema=mschema), metadata)
+        created = Operation("CREATE", {"spec": str(first)}).properties()
+        store.create(pa.Table.from_pylist([row], schema=mschema), metadata, properties=created)
         return cls.load(store.root, store.storage_options)
 
     @classmethod
@@ -214,36 +216,46 @@ class PartitionedNamespace:
         return evolution.widen_column(self, name, new_type, max_retries=DEFAULT_COMMIT_RETRIES)
 
     # -- commit (partitioning.commits) ------------------------------------------------------------
-    def commit_tables(self, commits: Iterable[TableCommit], *, max_retries: int = DEFAULT_COMMIT_RETRIES) -> int:
-        """Record partition tables and their ``read_version`` in ONE ``__manifest`` commit.
-
-        Missing namespace rows are inserted in the same commit. On a conflict the commit
-        is rebased onto the latest manifest and retried up to ``max_retries`` times.
-        Returns the new manifest version.
-        """
-        return _commits.commit_tables(self, commits, max_retries=max_retries)
+    def commit_tables(
+        self,
+        commits: Iterable[TableCommit],
+        *,
+        max_retries: int = DEFAULT_COMMIT_RETRIES,
+        operation: Operation | None = None,
+    ) -> int:
+        """Record partition tables and their ``read_version`` in ONE ``__manifest`` commit
+        (missing namespace rows too), rebased onto the latest manifest and retried up to
+        ``max_retries`` times on conflicts; returns the new manifest version."""
+        return _commits.commit_tables(self, commits, max_retries=max_retries, operation=operation)
 
     def commit_once(
-        self, commits: Sequence[TableCommit], *, replace_all: bool = False, write_id: str | None = None
+        self,
+        commits: Sequence[TableCommit],
+        *,
+        replace_all: bool = False,
+        write_id: str | None = None,
+        operation: Operation | None = None,
     ) -> int:
-        """One optimistic ``__manifest`` commit based on the state this object last read.
+        """One optimistic ``__manifest`` commit based on the state this object last read, recording
+        ``operation`` (:meth:`history`). It rewrites the ``v<N>`` row of each spec it touches, so
+        two commits based on the same version conflict: the second raises
+        :class:`ConcurrentModification` and must be rebased by its caller. ``replace_all``
+        removes every partition row not in ``commits`` (overwrite); ``write_id`` is remembered
+        on the ``v<N>`` rows (:meth:`committed_write_ids`)."""
+        return _commits.commit_once(self, commits, replace_all=replace_all, write_id=write_id, operation=operation)
 
-        Every commit also rewrites the ``v<N>`` row of each spec it touches, so any two
-        commits based on the same manifest version conflict: the second raises
-        :class:`ConcurrentModification` and must be rebased by its caller. With
-        ``replace_all`` every partition row not in ``commits`` is removed (overwrite).
-        ``write_id`` is remembered on the ``v<N>`` rows (see :meth:`committed_write_ids`).
-        """
-        return _commits.commit_once(self, commits, replace_all=replace_all, write_id=write_id)
-
-    def remove_tables(self, object_ids: Sequence[str]) -> int:
+    def remove_tables(self, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
         """Remove partition tables, and namespaces left without tables, in ONE optimistic
         ``__manifest`` commit; returns the new manifest version. Files stay for time
         travel until :func:`partitioning.maintenance.vacuum` removes them.
 
         It reads the table rows without following their ``location``, so it also removes
         a row whose location is refused (the repair :func:`partitioning.manifest.check_location` names)."""
-        return _commits.remove_tables(self, object_ids)
+        return _commits.remove_tables(self, object_ids, operation=operation)
+
+    def history(self, limit: int | None = None) -> pa.Table:
+        """What made each ``__manifest`` version up to the latest, newest first (:func:`history_table`)."""
+        return history_table(self.root, limit=limit, storage_options=self.storage_options)
 
     def committed_write_ids(self) -> set[str]:
         """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lance
 import pyarrow as pa
@@ -23,6 +23,9 @@ from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, pa
 from partitioning.schema import NamespaceSchema, field_id_of
 from partitioning.spec import PartitionSpec
 from partitioning.transforms import canonical_float
+
+if TYPE_CHECKING:
+    from partitioning.history import Operation
 
 __all__ = ["ManifestHandle", "NamespaceState", "PartitionTable", "TableCommit", "open_partition_table", "read_state"]
 
@@ -142,7 +145,12 @@ class ManifestHandle(Protocol):
     def refresh(self) -> object: ...
 
     def commit_once(
-        self, commits: Sequence[TableCommit], *, replace_all: bool = False, write_id: str | None = None
+        self,
+        commits: Sequence[TableCommit],
+        *,
+        replace_all: bool = False,
+        write_id: str | None = None,
+        operation: Operation | None = None,
     ) -> int: ...
 
 

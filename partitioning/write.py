@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, PartitioningError, SchemaError
+from partitioning.history import Operation
 from partitioning.leases import write_lease
 from partitioning.manifest import table_uri
 from partitioning.namespace import (
@@ -409,8 +410,13 @@ def commit_write(
     write_id: str | None = None,
     max_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    operation: Operation | None = None,
 ) -> CommitResult:
     """Driver side of a write: dataset commits, then ONE ``__manifest`` commit.
+
+    The commit records ``operation`` (default ``WRITE`` with the mode and write id) with
+    the write's metrics added: rows, bytes and files added, partitions touched, created and
+    (overwrite) removed, and ``duration_ms`` from this call to the commit.
 
     ``schema`` is the namespace schema the fragments were written with (default: the
     current one). If the namespace schema changes while the write runs, the write
@@ -422,6 +428,7 @@ def commit_write(
     (:func:`partitioning.leases.write_lease`) from before the fragments were written, so
     that vacuum keeps them.
     """
+    started = time.monotonic()
     if mode not in ("append", "overwrite", "overwrite_partitions"):
         raise SchemaError(f"unknown write mode {mode!r}; allowed: append, overwrite, overwrite_partitions")
     spec = ns.specs[spec_id] if spec_id is not None else ns.current_spec
@@ -459,8 +466,11 @@ def commit_write(
                 verify=False,
             )
             commits.append(TableCommit(spec.spec_id, values, entry.location, version, entry.object_id))
+        recorded = _write_operation(ns, mode, write_id, pending.values(), commits, created, operation)
         try:
-            manifest_version = ns.commit_once(commits, replace_all=(mode == "overwrite"), write_id=write_id)
+            manifest_version = ns.commit_once(
+                commits, replace_all=(mode == "overwrite"), write_id=write_id, operation=recorded.timed(started)
+            )
         except ConcurrentModification as exc:
             last_error = exc
             time.sleep(random.uniform(0.01, 0.05) * attempt)
@@ -480,6 +490,32 @@ def commit_write(
         f"write to {ns.root} gave up after {max_attempts} __manifest commit attempts lost to concurrent writers; "
         f"nothing of this write is visible (last conflict: {last_error})"
     ) from last_error
+
+
+def _write_operation(
+    ns: PartitionedNamespace,
+    mode: str,
+    write_id: str | None,
+    pending: Iterable[_Pending],
+    commits: Sequence[TableCommit],
+    created: int,
+    operation: Operation | None,
+) -> Operation:
+    """``operation`` (default ``WRITE``) with the write's metrics, the caller's taking precedence."""
+    parts = list(pending)
+    files = [f for p in parts for fragment in p.fragments for f in fragment.files]
+    touched = {c.location for c in commits}
+    metrics: dict[str, int | float] = {
+        "rows_added": sum(p.rows for p in parts),
+        "bytes_added": sum(int(f.file_size_bytes or 0) for f in files),
+        "files_added": len(files),
+        "partitions_touched": len(parts),
+        "partitions_created": created,
+    }
+    if mode == "overwrite":
+        metrics["partitions_removed"] = sum(t.location not in touched for t in ns.partitions())
+    base = operation or Operation("WRITE", {"mode": mode, **({"write_id": write_id} if write_id else {})})
+    return Operation(base.name, base.parameters, {**metrics, **base.metrics})
 
 
 def conform_table(table: pa.Table, schema: NamespaceSchema) -> pa.Table:

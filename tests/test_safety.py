@@ -31,6 +31,7 @@ from partitioning.maintenance import (
     vacuum,
 )
 from partitioning.manifest import ManifestStore, check_location, contained, location_problem
+from partitioning.restore import restore
 from partitioning.write import write_table
 from pipelines import maintenance as spark_maintenance
 from pipelines.read import read_partitioned
@@ -207,8 +208,10 @@ def test_no_spark_free_operation_follows_a_hostile_location(tmp_path: Path, loca
     oid = _object_id(root, "a")
     _point(root, oid, location=location, read_version=1)
     ns = PartitionedNamespace.load(root)
+    hostile_version = ns.manifest_version
 
     refusals = [
+        lambda: restore(root, version=hostile_version),
         lambda: ns.partitions(),
         lambda: ns.plan_scan(),
         lambda: ns.plan_scan("p = 'a'"),
@@ -460,6 +463,7 @@ def test_hostile_manifest_rows_never_touch_anything_outside_the_root(
     except PartitioningError as exc:
         assert "\n" not in str(exc)
         return  # the store itself refused the row (a value that is not a string)
+    hostile_version = store.dataset().version
 
     operations = [
         lambda: PartitionedNamespace.load(root).partitions(),
@@ -472,6 +476,7 @@ def test_hostile_manifest_rows_never_touch_anything_outside_the_root(
         lambda: drop_partitions(root, "p = 'a'"),
         lambda: vacuum(root, ZERO, allow_short_retention=True),
         lambda: optimize_manifest(root),
+        lambda: restore(root, version=hostile_version),
         lambda: PartitionedNamespace.load(root).remove_tables([object_id]),
         lambda: write_table(PartitionedNamespace.load(root), _table([(53, "c")]), mode="overwrite"),
         lambda: vacuum(root, ZERO, allow_short_retention=True),
