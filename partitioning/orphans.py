@@ -20,14 +20,16 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import lance
 import pyarrow.fs as pafs
+from lance import LanceOperation
 
 from partitioning.errors import PartitioningError, translate_lance_errors
 from partitioning.index_model import MODEL_DIR
 from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
+from partitioning.tables import _ours
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
 _TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+((\$[^/]*)*\$dataset|_[a-z0-9]{16})$")
@@ -127,6 +129,90 @@ def find_orphans(
                     Orphan("data_file", join_uri(join_uri(uri, "data"), info.base_name), "no version refers to it")
                 )
     return out
+
+
+# -- which dataset versions this project committed ------------------------------------------------
+_ALIGNMENT = (LanceOperation.Project, LanceOperation.Merge, LanceOperation.UpdateConfig, LanceOperation.Restore)
+_CLOSING = (LanceOperation.Merge, LanceOperation.CreateIndex)
+_OUR_DELETE = "_rowaddr IN ("
+
+
+def _transaction(ds: lance.LanceDataset, version: int) -> Any:
+    """The version's transaction, or None when pylance cannot read it back (pylance 14 raises
+    TypeError on a Rewrite that remapped indexes) or it is gone."""
+    try:
+        return ds.read_transaction(version)
+    except (OSError, ValueError, RuntimeError, TypeError):
+        return None
+
+
+def _step(version: int, txn: Any, previous: str | None) -> str | None:
+    """What an unmarked commit is, if it is one Lance's own APIs make for this project, committed
+    directly on the version before it: ``align`` (schema alignment, :func:`partitioning.tables.align_schema`),
+    ``delete`` (``delete_rows``), ``reserve`` then ``rewrite`` (compaction's ``Compaction.commit``)."""
+    if txn is None:
+        return "rewrite" if previous == "reserve" else None
+    op = txn.operation
+    if type(op) is LanceOperation.BaseOperation:
+        return "reserve" if txn.read_version == version - 1 else None
+    if isinstance(op, LanceOperation.Rewrite):
+        return "rewrite" if previous == "reserve" and txn.read_version == version - 2 else None
+    if txn.read_version != version - 1:
+        return None
+    if isinstance(op, LanceOperation.Delete):
+        return "delete" if str(op.predicate).startswith(_OUR_DELETE) else None
+    return "align" if isinstance(op, _ALIGNMENT) else None
+
+
+def made_here(ds: lance.LanceDataset, after: int, recorded: Iterable[int | None] = ()) -> set[int]:
+    """The versions of ``ds`` newer than ``after`` (a version of ours) that this project committed.
+
+    A version is ours when its transaction carries :data:`partitioning.tables.COMMIT_MESSAGE`
+    (every ``LanceDataset.commit`` of the project, restores included) or a ``__manifest``
+    version records it (``recorded``). Lance's own schema changes, ``delete`` and compaction
+    commit take no message; an unmarked run of those, each committed directly on the version
+    before it (:func:`_step`) and starting right after a version of ours, is ours when
+
+    - a marked ``Merge`` or ``CreateIndex`` is committed directly on its last version (a
+      write that aligned the schema, then committed; ours are never built on another's version),
+    - or the version before it is our marked ``Restore`` (a write or maintenance that
+      restored the recorded version, then died),
+    - or, otherwise, up to its last ``delete`` or ``rewrite`` (``delete_rows`` or a compaction
+      that died before its ``__manifest`` commit).
+
+    Anything else (e.g. another client's ``add_columns`` on the version the manifest records)
+    is another client's. A compaction another client commits directly on a version of ours
+    looks the same as ours (Lance's compaction commit takes no message); it holds the same rows.
+    """
+    marked = {v for v in recorded if v is not None}
+    ours: set[int] = set()
+    run: list[tuple[int, str]] = []  # the current unmarked run: (version, step)
+    after_restore, valid = False, True
+    for version in range(after + 1, ds.latest_version + 1):
+        txn = _transaction(ds, version)
+        if _ours(txn) or version in marked:
+            closes = txn is not None and txn.read_version == version - 1 and isinstance(txn.operation, _CLOSING)
+            ours.update(_run_ours(run, after_restore, closes) if valid else ())
+            ours.add(version)
+            run, valid = [], True
+            after_restore = txn is not None and isinstance(txn.operation, LanceOperation.Restore)
+            continue
+        step = _step(version, txn, run[-1][1] if run else None) if valid else None
+        if step is not None:
+            run.append((version, step))
+        elif valid:
+            ours.update(_run_ours(run, after_restore, False))
+            run, valid = [], False
+    ours.update(_run_ours(run, after_restore, False) if valid else ())
+    return ours
+
+
+def _run_ours(run: list[tuple[int, str]], after_restore: bool, closed: bool) -> list[int]:
+    """The versions of an unmarked run (see :func:`made_here`) that are ours."""
+    if closed or after_restore:
+        return [v for v, _ in run]
+    end = max((i + 1 for i, (_, step) in enumerate(run) if step in ("delete", "rewrite")), default=0)
+    return [v for v, _ in run[:end]]
 
 
 # -- deleting what vacuum may delete ----------------------------------------------------------------

@@ -263,14 +263,23 @@ def latest_keeping_indexes(uri: str, version: int, storage_options: Mapping[str,
 def restore_as_latest(
     uri: str, version: int, storage_options: Mapping[str, str] | None
 ) -> tuple[lance.LanceDataset, lance.LanceDataset | None]:
-    """:func:`as_latest`, plus the latest version as it was before the restore, if it was ahead."""
+    """:func:`as_latest`, plus the latest version as it was before the restore, if it was ahead.
+
+    The restore is a Lance ``Restore`` committed with :data:`COMMIT_MESSAGE` (``ds.restore()``
+    takes no message), so vacuum knows it as this project's (:func:`partitioning.orphans.made_here`).
+    """
     opts = dict(storage_options) if storage_options else None
     with translate_lance_errors(f"open {uri}"):
         latest = lance.dataset(uri, storage_options=opts)
         if latest.version == version:
             return latest, None
-        ds = lance.dataset(uri, version=version, storage_options=opts)
-        ds.restore()
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Restore(version),
+            read_version=latest.version,
+            storage_options=opts,
+            commit_message=COMMIT_MESSAGE,
+        )
         return ds, latest
 
 
