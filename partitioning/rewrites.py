@@ -32,6 +32,7 @@ from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
 from partitioning.filters import Dialect
+from partitioning.history import Operation
 from partitioning.manifest import table_uri
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.schema import NamespaceSchema
@@ -119,6 +120,15 @@ class RewriteResult(CommitResult):
     rows_deleted: int = 0
     rows_updated: int = 0
     rows_inserted: int = 0
+
+    def summary(self) -> str:
+        if self.skipped:
+            return super().summary()
+        return (
+            f"{self.root}: {self.mode}: {self.rows_updated:,} rows updated, {self.rows_inserted:,} inserted, "
+            f"{self.rows_deleted - self.rows_updated:,} deleted, in {self.partitions_touched} partitions "
+            f"({self.partitions_created} new), __manifest v{self.manifest_version}"
+        )
 
 
 def delete_and_append(
@@ -272,7 +282,8 @@ def commit_rewrite(
     spec_id: int,
     schema: NamespaceSchema,
     write_id: str | None = None,
-    operation: Any = None,
+    operation: Operation,
+    started: float | None = None,
     max_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
     max_rows_per_file: int = 1_048_576,
     rows_updated: int = 0,
@@ -306,18 +317,27 @@ def commit_rewrite(
         changes, created = _changes(ns, pending, deletions, spec_id, schema, max_rows_per_file)
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(changes)))) as pool:
             commits = list(pool.map(lambda c: _commit_one(c, schema, ns.storage_options), changes))
-        kwargs: dict[str, Any] = {"write_id": write_id}
-        if operation is not None:
-            kwargs["operation"] = operation
+        written = sum(p.rows for p in pending.values())
+        files = [f for p in pending.values() for fragment in p.fragments for f in fragment.files]
+        recorded = operation.with_metrics(
+            rows_added=written,
+            rows_removed=sum(len(a) for a in deletions.values()),
+            rows_updated=rows_updated,
+            bytes_added=sum(int(f.file_size_bytes or 0) for f in files),
+            files_added=len(files),
+            partitions_touched=len(commits),
+            partitions_created=created,
+        )
+        if started is not None:
+            recorded = recorded.timed(started)
         try:
-            manifest_version = ns.commit_once(commits, **kwargs)
+            manifest_version = ns.commit_once(commits, write_id=write_id, operation=recorded)
         except ReadSetChanged:
             raise
         except ConcurrentModification as exc:
             last = exc
             time.sleep(random.uniform(0.01, 0.05) * attempt)
             continue
-        written = sum(p.rows for p in pending.values())
         return RewriteResult(
             root=ns.root,
             mode=mode,

@@ -2,10 +2,14 @@
 
 from partitioning.write import CommitResult
 from pipelines.datasource import LancePartitionedDataSource, register_data_source
+from pipelines.history import history, restore
 from pipelines.indexes import create_scalar_index, create_vector_index, optimize_indexes
+from pipelines.inspect import files_table, partitions_table
 from pipelines.join import join_partitioned
 from pipelines.maintenance import compact, delete_rows, drop_partitions, optimize_manifest, vacuum
+from pipelines.merge import merge_partitioned
 from pipelines.read import read_partitioned
+from pipelines.rewrite import update_rows
 from pipelines.schema import namespace_schema_from_spark, spark_schema
 from pipelines.search import knn_join, search_partitioned
 from pipelines.session import build_session
@@ -21,16 +25,22 @@ __all__ = [
     "create_vector_index",
     "delete_rows",
     "drop_partitions",
+    "files_table",
+    "history",
     "join_partitioned",
     "knn_join",
+    "merge_partitioned",
     "namespace_schema_from_spark",
     "optimize_indexes",
     "optimize_manifest",
     "partition_value",
+    "partitions_table",
     "read_partitioned",
     "register_data_source",
+    "restore",
     "search_partitioned",
     "spark_schema",
+    "update_rows",
     "vacuum",
     "with_partition_columns",
     "write_partitioned",

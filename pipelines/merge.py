@@ -17,6 +17,8 @@ unmatched target rows are kept, only the partitions holding the source's key val
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping, Sequence
 from functools import reduce
 from typing import Any, Literal
@@ -28,6 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
+from partitioning.history import Operation
 from partitioning.namespace import PartitionedNamespace
 from partitioning.rewrites import ReadSet, RewriteResult
 from partitioning.schema import NamespaceSchema
@@ -186,6 +189,16 @@ def merge_partitioned(
     _choice("when_not_matched", when_not_matched, ("insert", "ignore"))
     _choice("when_not_matched_by_source", when_not_matched_by_source, ("ignore", "delete"))
     modes = (when_matched, when_not_matched, when_not_matched_by_source)
+    started = time.monotonic()
+    parameters = {
+        "on": ",".join(keys),
+        "when_matched": when_matched,
+        "when_not_matched": when_not_matched,
+        "when_not_matched_by_source": when_not_matched_by_source,
+        **({"matched_condition": matched_condition} if matched_condition else {}),
+        **({"set": json.dumps(dict(set), sort_keys=True)} if set else {}),
+        **({"target_filter": target_filter} if target_filter else {}),
+    }
 
     def attempt(ns: PartitionedNamespace) -> RewriteResult:
         schema = ns.namespace_schema
@@ -220,6 +233,8 @@ def merge_partitioned(
                 read=read,
                 mode="merge",
                 rows_updated=count.get("U", 0),
+                operation=Operation("MERGE", parameters),
+                started=started,
             )
         finally:
             plan.unpersist()

@@ -11,6 +11,7 @@ before the commit, the whole attempt runs again on the new state (``max_attempts
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from partitioning.errors import ConcurrentModification, InvalidInput, first_line
+from partitioning.binding import bind
+from partitioning.errors import ConcurrentModification, InvalidInput, PartitioningError, first_line
+from partitioning.filters import is_exactly_understood, parse_filter
+from partitioning.history import Operation
 from partitioning.leases import write_lease
 from partitioning.namespace import PartitionedNamespace
 from partitioning.rewrites import ReadSet, ReadSetChanged, RewriteResult, addresses_by_table, commit_rewrite
@@ -60,7 +64,9 @@ def target_rows(
     if columns is not None:
         reader = reader.option("columns", ",".join(columns))
     if filter:
-        reader = reader.option("prune_filter", filter)
+        # a filter the source evaluates exactly drops rows before they reach Spark
+        exact = _exactly_understood(filter, ns, session)
+        reader = reader.option("filter" if exact else "prune_filter", filter)
     df = reader.load(ns.root)
     if filter:
         try:
@@ -68,6 +74,15 @@ def target_rows(
         except PySparkException as exc:
             raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
     return df
+
+
+def _exactly_understood(text: str, ns: PartitionedNamespace, session: SparkSession) -> bool:
+    dialect = session_dialect(session)
+    try:
+        bound = bind(parse_filter(text, dialect), ns.namespace_schema.arrow, dialect)
+    except PartitioningError:
+        return False
+    return is_exactly_understood(bound)
 
 
 def addresses(df: DataFrame, context: str) -> pa.Table:
@@ -111,9 +126,11 @@ def commit_changes(
     write_id: str | None = None,
     sizes: Mapping[str, Any] | None = None,
     rows_updated: int = 0,
-    operation: Any = None,
+    operation: Operation,
+    started: float | None = None,
 ) -> RewriteResult:
-    """Write ``incoming`` as fragments and commit them with the deletion of ``gone``'s rows."""
+    """Write ``incoming`` as fragments and commit them with the deletion of ``gone``'s rows;
+    history records ``operation`` with the commit's metrics (and its duration since ``started``)."""
     deletions = addresses_by_table(gone.column(ROW_TABLE).to_pylist(), gone.column(ROW_ADDRESS).to_pylist())
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     with write_lease(ns.root, ns.storage_options, write_id=write_id):
@@ -135,6 +152,7 @@ def commit_changes(
                 write_id=write_id,
                 rows_updated=rows_updated,
                 operation=operation,
+                started=started,
             )
 
 
@@ -158,6 +176,7 @@ def replace_where(
     from pipelines.write import conform_dataframe
 
     session = df.sparkSession
+    started = time.monotonic()
     if not predicate or not predicate.strip():
         raise InvalidInput("replace_where needs a predicate, e.g. \"country = 'US'\"")
 
@@ -185,7 +204,11 @@ def replace_where(
             mode="overwrite",
             write_id=write_id,
             sizes=sizes,
-
+            operation=Operation(
+                "WRITE",
+                {"mode": "overwrite", "replace_where": predicate, **({"write_id": write_id} if write_id else {})},
+            ),
+            started=started,
         )
 
     return rerun_on_conflict(ns.root, "replace_where", max_attempts, attempt, ns.storage_options)
@@ -213,6 +236,8 @@ def update_rows(
     root = driver_root(session, root)
     if not set:
         raise InvalidInput("update_rows needs set={column: SQL expression}")
+    started = time.monotonic()
+    parameters = {"set": json.dumps(dict(set), sort_keys=True), **({"where": where} if where else {})}
 
     def attempt(ns: PartitionedNamespace) -> RewriteResult:
         names = ns.schema.names
@@ -244,6 +269,8 @@ def update_rows(
                 read=read,
                 mode="update",
                 rows_updated=gone.num_rows,
+                operation=Operation("UPDATE", parameters),
+                started=started,
             )
         finally:
             updated.unpersist()

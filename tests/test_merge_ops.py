@@ -268,3 +268,28 @@ def test_merge_job_upserts_a_parquet_source(spark: SparkSession, tmp_path: Any, 
     expected = oracle.merge(ROWS, [{"id": 1, "p": 2, "v": 7}, {"id": 77, "p": 0, "v": 7}], ["id"], oracle.Case())
     assert _stored(root) == oracle.canonical(expected, COLUMNS)
     assert merge_job.main(["--root", root, "--source", path, "--format", "parquet", "--on", "id", "--set", "v"]) == 2
+
+
+def test_history_records_merge_update_and_replace_where(spark: SparkSession, tmp_path: Any) -> None:
+    from partitioning.history import history_table
+
+    root = str(tmp_path / "ns")
+    _namespace(root)
+    merge_partitioned(_source(spark, [(1, 2, 5), (40, 0, 4)]), root, on="id", target_filter="p <> 2")
+    update_rows(root, set={"v": "v * 2"}, where="p = 0", spark=spark)
+    write_partitioned(_source(spark, [(9, 1, 9)]), root, mode="overwrite", replace_where="p = 1")
+    newest = history_table(root, limit=3).to_pylist()
+    assert [h["operation"] for h in newest] == ["WRITE", "UPDATE", "MERGE"]
+    replace, update, merge = (dict(h["parameters"]) for h in newest)
+    assert merge == {
+        "on": "id",
+        "when_matched": "update",
+        "when_not_matched": "insert",
+        "when_not_matched_by_source": "ignore",
+        "target_filter": "p <> 2",
+    }
+    metrics = dict(newest[2]["metrics"])
+    assert (metrics["rows_updated"], metrics["rows_added"], metrics["rows_removed"]) == (1, 2, 1)
+    assert update == {"set": '{"v": "v * 2"}', "where": "p = 0"}
+    assert dict(newest[1]["metrics"])["rows_updated"] == sum(1 for r in oracle.stored_rows(root) if r["p"] == 0)
+    assert replace == {"mode": "overwrite", "replace_where": "p = 1"}

@@ -1,0 +1,141 @@
+"""MERGE and UPDATE: ours (Spark local[2]) vs delta-rs on the same rows, same run (issue 14).
+
+A target of ``TARGET_ROWS`` rows in ``PARTITIONS`` identity partitions, as a namespace
+and as a Delta table partitioned the same way. The source (a parquet file both read)
+holds ``SOURCE_ROWS`` rows: half update existing ids (a tenth of those move to another
+partition), half are new ids. Each timed run works on a fresh copy of both targets
+(the copy is not timed); runs are interleaved, median and min/max of ``REPEATS``.
+``update_rows`` of 1% of the rows, spread over every partition (ids whose block of
+``PARTITIONS`` consecutive ids is a multiple of 100; each engine in its own SQL), is timed
+against delta-rs's ``update``. Every run's
+result is checked: row count and the sum of ``v`` equal on both sides.
+
+Sizes come from ``BENCH_MERGE_TARGET_ROWS`` / ``BENCH_MERGE_SOURCE_ROWS`` /
+``BENCH_MERGE_PARTITIONS`` (defaults: the issue's 10,000,000 / 1,000,000 / 1,500).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from partitioning.namespace import PartitionedNamespace
+from partitioning.write import write_table
+from pipelines.merge import merge_partitioned
+from pipelines.read import read_partitioned
+from pipelines.rewrite import update_rows
+
+pytestmark = pytest.mark.bench
+
+TARGET_ROWS = int(os.environ.get("BENCH_MERGE_TARGET_ROWS", 10_000_000))
+SOURCE_ROWS = int(os.environ.get("BENCH_MERGE_SOURCE_ROWS", 1_000_000))
+PARTITIONS = int(os.environ.get("BENCH_MERGE_PARTITIONS", 1_500))
+REPEATS = 3
+SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.float64()), ("s", pa.string())])
+
+
+def _target(start: int, stop: int) -> pa.Table:
+    ids = np.arange(start, stop, dtype=np.int64)
+    return pa.table(
+        {
+            "id": ids,
+            "p": (ids % PARTITIONS).astype(np.int32),
+            "v": (ids % 1000).astype(np.float64),
+            "s": pa.array(np.char.add("s", (ids % 97).astype(str))),
+        },
+        schema=SCHEMA,
+    )
+
+
+def _source() -> pa.Table:
+    rng = np.random.default_rng(14)
+    updates = rng.choice(TARGET_ROWS, SOURCE_ROWS // 2, replace=False).astype(np.int64)
+    inserts = np.arange(TARGET_ROWS, TARGET_ROWS + SOURCE_ROWS - len(updates), dtype=np.int64)
+    ids = np.concatenate([updates, inserts])
+    p = ids % PARTITIONS
+    moving = np.zeros(len(ids), dtype=bool)
+    moving[: len(updates) // 10] = True
+    p = np.where(moving, (p + 1) % PARTITIONS, p).astype(np.int32)
+    return pa.table(
+        {"id": ids, "p": p, "v": np.full(len(ids), -1.0), "s": pa.array(["merged"] * len(ids))}, schema=SCHEMA
+    )
+
+
+def _spread(samples: list[float]) -> str:
+    return f"{statistics.median(samples):.2f} s (min {min(samples):.2f}, max {max(samples):.2f})"
+
+
+def _timed(target: str, run: Callable[[str], None], samples: list[float]) -> str:
+    start = time.perf_counter()
+    run(target)
+    samples.append(time.perf_counter() - start)
+    return target
+
+
+def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    base_ns, base_delta = tmp_path / "ns", tmp_path / "delta"
+    ns = PartitionedNamespace.create(str(base_ns), SCHEMA, ["p"])
+    chunk = 2_000_000
+    for start in range(0, TARGET_ROWS, chunk):
+        part = _target(start, min(TARGET_ROWS, start + chunk))
+        write_table(ns, part)
+        write_deltalake(str(base_delta), part, partition_by=["p"], mode="append" if start else "overwrite")
+    source_path = str(tmp_path / "source.parquet")
+    source = _source()
+    pq.write_table(source, source_path)
+    expected_rows = TARGET_ROWS + (SOURCE_ROWS - SOURCE_ROWS // 2)
+
+    def fresh(kind: str) -> str:
+        dst = tmp_path / f"{kind}-run"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(base_ns if kind == "ns" else base_delta, dst)
+        return str(dst)
+
+    def ours_merge(root: str) -> None:
+        merge_partitioned(spark.read.parquet(source_path), root, on="id")
+
+    def delta_merge(uri: str) -> None:
+        merger = DeltaTable(uri).merge(
+            pq.read_table(source_path), predicate="target.id = source.id", source_alias="source", target_alias="target"
+        )
+        merger.when_matched_update_all().when_not_matched_insert_all().execute()
+
+    def ours_update(root: str) -> None:
+        update_rows(root, set={"v": "v + 1"}, where=f"(id div {PARTITIONS}) % 100 = 0", spark=spark)
+
+    def delta_update(uri: str) -> None:
+        DeltaTable(uri).update(updates={"v": "v + 1"}, predicate=f"(id / {PARTITIONS}) % 100 = 0")
+
+    def check(root: str, uri: str) -> None:
+        ours = read_partitioned(spark, root).selectExpr("count(*)", "sum(v)").collect()[0]
+        theirs = DeltaTable(uri).to_pyarrow_table(columns=["v"])
+        assert ours[0] == theirs.num_rows
+        assert abs(ours[1] - pa.compute.sum(theirs.column("v")).as_py()) < 1e-6 * max(1.0, abs(ours[1]))
+
+    samples: dict[str, list[float]] = {"ours merge": [], "delta merge": [], "ours update": [], "delta update": []}
+    for _ in range(REPEATS):
+        root = _timed(fresh("ns"), ours_merge, samples["ours merge"])
+        uri = _timed(fresh("delta"), delta_merge, samples["delta merge"])
+        check(root, uri)
+        assert DeltaTable(uri).to_pyarrow_table(columns=["id"]).num_rows == expected_rows
+        _timed(root, ours_update, samples["ours update"])
+        _timed(uri, delta_update, samples["delta update"])
+        check(root, uri)
+    merge_ratio = statistics.median(samples["ours merge"]) / statistics.median(samples["delta merge"])
+    update_ratio = statistics.median(samples["ours update"]) / statistics.median(samples["delta update"])
+    print(f"\nmerge {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS:,} partitions), median of {REPEATS}:")
+    for name, s in samples.items():
+        print(f"  {name:13s} {_spread(s)}")
+    print(f"  merge ratio ours/delta-rs: {merge_ratio:.2f}x; update_rows (1%) ratio: {update_ratio:.2f}x")
