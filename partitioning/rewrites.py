@@ -40,11 +40,10 @@ from partitioning.tables import (
     COMMIT_MESSAGE,
     DEFAULT_COMMIT_ATTEMPTS,
     align_schema,
-    carry_indexes,
     commit_version,
     is_aligned,
+    latest_keeping_indexes,
     renumber,
-    restore_as_latest,
 )
 from partitioning.transforms import canonical_float
 from partitioning.write import (
@@ -145,8 +144,10 @@ def delete_and_append(
     (Lance deletion vectors; a fragment losing every row is dropped) plus ``fragments``.
 
     Like :func:`partitioning.tables.commit_version`, the version never depends on versions
-    committed after ``base``; indexes other clients built since are carried over when
-    still valid. Returns the version.
+    committed after ``base``. Indexes other clients built since are first carried over
+    onto ``base``'s content when still valid (:func:`partitioning.tables.latest_keeping_indexes`);
+    the Lance ``Update`` on top keeps them (deleted rows are masked, new fragments are
+    unindexed). Returns the version.
     """
     kept = {f.fragment_id for f in base.get_fragments()}
     offsets: dict[int, list[int]] = {}
@@ -160,7 +161,7 @@ def delete_and_append(
     last: ConcurrentModification | None = None
     for attempt in range(attempts):
         try:
-            head, ahead = restore_as_latest(uri, base.version, storage_options)
+            head = latest_keeping_indexes(uri, base.version, storage_options)
             if not is_aligned(head, schema):
                 head = align_schema(uri, head, schema, storage_options)
             updated, removed = [], []
@@ -175,10 +176,7 @@ def delete_and_append(
                     else:
                         updated.append(meta)
             new = renumber(fragments, schema.dataset_arrow, head.lance_schema)
-            version = _commit_update(uri, head, removed, updated, new, storage_options)
-            if ahead is None:
-                return version
-            return carry_indexes(uri, ahead, base.version, version, kept, storage_options)
+            return _commit_update(uri, head, removed, updated, new, storage_options)
         except ConcurrentModification as exc:
             last = exc
             time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
