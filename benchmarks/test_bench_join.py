@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from benchmarks.conftest import interleaved_medians
+from benchmarks.conftest import interleaved_samples
 from pipelines import join_partitioned, read_partitioned, write_partitioned
 
 pytestmark = pytest.mark.bench
@@ -60,11 +60,12 @@ def test_spj_vs_sort_merge_join(spark, tmp_path):
         )
         assert "SortMergeJoin" in baseline_plan
         assert spj() == smj()
-        medians = interleaved_medians({"spj": spj, "sort-merge": smj}, repeats=3)
+        timings = interleaved_samples({"spj": spj, "sort-merge": smj}, repeats=3)
     finally:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
-    ratio = medians["spj"] / medians["sort-merge"]
+    ratio = timings["spj"].median / timings["sort-merge"].median
     print(
-        f"\n[join] {LEFT_ROWS:,} x {RIGHT_ROWS:,} rows, bucket[16] vs bucket[8], inner, median of 3 interleaved runs:\n"
-        f"  SPJ {medians['spj']:6.2f} s  sort-merge {medians['sort-merge']:6.2f} s  ratio {ratio:5.2f} (target <= 0.7)"
+        f"\n[join] {LEFT_ROWS:,} x {RIGHT_ROWS:,} rows, bucket[16] vs bucket[8], inner,\n"
+        f"  median (min .. max) of 3 interleaved runs:\n"
+        f"  SPJ {timings['spj']}  sort-merge {timings['sort-merge']}  ratio {ratio:5.2f} (target <= 0.7)"
     )

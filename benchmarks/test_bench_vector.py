@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from benchmarks.conftest import interleaved_medians
+from benchmarks.conftest import interleaved_samples
 from partitioning import PartitionedNamespace
 from partitioning.search import search
 from partitioning.write import write_table
@@ -114,7 +114,7 @@ def test_vector_index_and_search_vs_one_lance_dataset(spark, tmp_path):
     print(f"recall@10: ours {recall_ours:.3f}, one dataset {recall_plain:.3f}, ours filtered {recall_filtered:.3f}")
 
     q = queries[0]
-    latency = interleaved_medians(
+    timings = interleaved_samples(
         {
             "ours": lambda: search(ns, q, k=K, column="v", columns=["id"], **SEARCH),
             "ours_df": lambda: search_partitioned(spark, root, q, k=K, column="v", columns=["id"], **SEARCH).collect(),
@@ -134,7 +134,8 @@ def test_vector_index_and_search_vs_one_lance_dataset(spark, tmp_path):
         },
         repeats=9,
     )
-    print("median latency: " + ", ".join(f"{name} {1000 * s:.1f} ms" for name, s in latency.items()))
+    latency = {name: t.median for name, t in timings.items()}
+    print("latency, median (min .. max): " + ", ".join(f"{name} {t.show_ms()}" for name, t in timings.items()))
 
     batch = spark.createDataFrame(
         [(i, [float(x) for x in vectors[j]]) for i, j in enumerate(rng.integers(0, ROWS, 1_000))],

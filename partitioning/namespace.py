@@ -294,6 +294,7 @@ class PartitionedNamespace:
             bind(f, self._state.schema.arrow, d),
             self.manifest_version,
             residual=residual,
+            table_rows=self._state.table_rows,
         )
 
     def orphans(self) -> list[Orphan]:

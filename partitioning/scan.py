@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -10,12 +10,14 @@ import pyarrow.compute as pc
 
 from partitioning.errors import CorruptNamespace
 from partitioning.filters import Filter, TrueFilter, to_sql
-from partitioning.manifest import table_uri
+from partitioning.manifest import partition_column, table_uri
 from partitioning.pruning import partition_condition
 from partitioning.schema import NamespaceSchema
 from partitioning.spec import PartitionSpec
 
-__all__ = ["ScanPlan", "ScanTask", "plan_tables"]
+__all__ = ["ScanPlan", "ScanTask", "plan_tables", "table_rows_by_spec"]
+
+TASK_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,26 @@ class ScanPlan:
         return "\n".join(lines)
 
 
+def table_rows_by_spec(manifest: pa.Table, specs: Mapping[int, PartitionSpec]) -> dict[int, pa.Table]:
+    """Per spec version in ``specs``, its table rows (``object_type`` 'table', ``object_id``
+    ``v<N>$...``) with only the columns planning reads: :data:`TASK_COLUMNS` and that spec's
+    ``partition_field_*`` columns, in manifest order."""
+    partition_columns = {s: [partition_column(f.field_id) for f in spec.fields] for s, spec in specs.items()}
+    is_table = pc.equal(manifest.column("object_type"), "table")
+    ids = manifest.column("object_id")
+    if pc.any(pc.starts_with(ids, "v0")).as_py():
+        # a foreign writer's "v01$..." is spec 1 (partitioning.locations.spec_id_of); a regex costs more
+        digits = pc.struct_field(pc.extract_regex(ids, r"^v(?P<n>\d+)\$"), "n")
+        spec_of = pc.utf8_ltrim(digits, characters="0")
+        masks = {s: pc.fill_null(pc.equal(spec_of, str(s)), False) for s in partition_columns}
+    else:
+        masks = {s: pc.starts_with(ids, f"v{s}$") for s in partition_columns}
+    return {
+        s: manifest.select([*TASK_COLUMNS, *cols]).filter(pc.and_(is_table, masks[s]))
+        for s, cols in partition_columns.items()
+    }
+
+
 def plan_tables(
     root: str,
     manifest: pa.Table,
@@ -75,46 +97,50 @@ def plan_tables(
     manifest_version: int,
     *,
     residual: str | None = None,
+    table_rows: Mapping[int, pa.Table] | None = None,
 ) -> ScanPlan:
     """Prune the manifest's table rows with the bound filter ``f``, spec version by spec version.
 
     ``residual`` is the filter text the tasks carry (default: ``f`` rendered as SQL).
-    Every kept row's ``location`` is checked (:func:`partitioning.manifest.check_location`)
-    before it becomes a task; rows pruned away are never followed, so they are not.
+    ``table_rows`` is :func:`table_rows_by_spec` of ``manifest`` if the caller keeps it
+    (:attr:`partitioning.state.NamespaceState.table_rows`); otherwise it is computed here.
+    Pruning is one Arrow filter per spec version over those columns; Python objects are
+    built only for the rows kept. Every kept row's ``location`` is checked
+    (:func:`partitioning.manifest.check_location`) before it becomes a task; rows pruned
+    away are never followed, so they are not.
     """
     if residual is None and not isinstance(f, TrueFilter):
         residual = to_sql(f)
-    tables = manifest.filter(pc.field("object_type") == "table")
-    prefix = pc.extract_regex(tables.column("object_id").combine_chunks(), r"^v(?P<n>\d+)\$").field("n")
-    spec_of = pc.cast(prefix, pa.int64())
+    by_spec = table_rows if table_rows is not None else table_rows_by_spec(manifest, specs)
     tasks: list[ScanTask] = []
     total: dict[int, int] = {}
     kept: dict[int, int] = {}
     owner: dict[str, str] = {}
     for spec_id, spec in sorted(specs.items()):
-        rows = tables.filter(pc.equal(spec_of, spec_id))
+        rows = by_spec[spec_id]
         total[spec_id] = rows.num_rows
         condition = partition_condition(f, spec, schema)
         if condition is not None and rows.num_rows:
             rows = rows.filter(condition)
         kept[spec_id] = rows.num_rows
-        for r in rows.select(["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist():
-            uri = table_uri(root, r["object_id"], r["location"])
-            other = owner.setdefault(r["location"], r["object_id"])
-            if other != r["object_id"]:
+        columns = [rows.column(c).to_pylist() for c in TASK_COLUMNS]
+        for object_id, location, read_version, read_branch, read_tag in zip(*columns, strict=True):
+            uri = table_uri(root, object_id, location)
+            other = owner.setdefault(location, object_id)
+            if other != object_id:
                 raise CorruptNamespace(
-                    f"__manifest table rows {other!r} and {r['object_id']!r} both have location {r['location']!r}; "
+                    f"__manifest table rows {other!r} and {object_id!r} both have location {location!r}; "
                     "remove one with PartitionedNamespace.remove_tables"
                 )
             tasks.append(
                 ScanTask(
-                    object_id=r["object_id"],
-                    location=r["location"],
+                    object_id=object_id,
+                    location=location,
                     uri=uri,
                     spec_id=spec_id,
-                    read_version=r["read_version"],
-                    read_branch=r["read_branch"],
-                    read_tag=r["read_tag"],
+                    read_version=read_version,
+                    read_branch=read_branch,
+                    read_tag=read_tag,
                     residual=residual,
                 )
             )

@@ -9,7 +9,9 @@ opens a table at the version its row selects.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +22,7 @@ import pyarrow as pa
 from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
 from partitioning.locations import PartitionKey, spec_id_of
 from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
+from partitioning.scan import table_rows_by_spec
 from partitioning.schema import NamespaceSchema, field_id_of
 from partitioning.spec import PartitionSpec
 from partitioning.transforms import canonical_float
@@ -27,7 +30,15 @@ from partitioning.transforms import canonical_float
 if TYPE_CHECKING:
     from partitioning.history import Operation
 
-__all__ = ["ManifestHandle", "NamespaceState", "PartitionTable", "TableCommit", "open_partition_table", "read_state"]
+__all__ = [
+    "ManifestHandle",
+    "NamespaceState",
+    "PartitionTable",
+    "TableCommit",
+    "clear_state_cache",
+    "open_partition_table",
+    "read_state",
+]
 
 _SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
 
@@ -65,10 +76,15 @@ class TableCommit:
     object_id: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class NamespaceState:
-    """One ``__manifest`` version. Python-level views of its rows are built on first use,
-    so planning a scan (which works on the Arrow table) never pays for them."""
+    """One ``__manifest`` version, decoded and checked. Immutable and shared: :func:`read_state`
+    hands the same object to every load of that version (see :data:`STATE_CACHE_SIZE`).
+
+    ``manifest`` is every row as Arrow columns. Derived views are built on first use and
+    then kept with the state: :attr:`table_rows` (Arrow, what scan planning prunes) and
+    the Python-level :attr:`rows`, :attr:`tables` and :attr:`by_key`, so planning a scan
+    never pays for the Python objects."""
 
     root: str
     version: int
@@ -89,6 +105,12 @@ class NamespaceState:
             raise InvalidInput(
                 f"no partition spec v{spec_id}; specs are {', '.join(f'v{i}' for i in sorted(self.specs))}"
             ) from None
+
+    @cached_property
+    def table_rows(self) -> Mapping[int, pa.Table]:
+        """Per known spec version, its table rows as Arrow columns (``object_id``, ``location``, the
+        ``read_*`` columns and that spec's ``partition_field_*`` columns), in manifest order."""
+        return table_rows_by_spec(self.manifest, self.specs)
 
     @cached_property
     def rows(self) -> list[dict[str, Any]]:
@@ -154,8 +176,48 @@ class ManifestHandle(Protocol):
     ) -> int: ...
 
 
+STATE_CACHE_SIZE = 4
+_cache: OrderedDict[Hashable, NamespaceState] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _version_key(ds: lance.LanceDataset, root: str) -> Hashable:
+    """What identifies one ``__manifest`` version's content: the URI, the version and its manifest's
+    commit timestamp and summary (files, rows, bytes), read from the already opened manifest.
+    A namespace removed and created again at the same root reuses version numbers, not timestamps."""
+    v = ds.get_version()
+    return (root, ds.uri, v["version"], v["timestamp"], tuple(sorted(v["metadata"].items())))
+
+
+def clear_state_cache() -> None:
+    """Forget every decoded ``__manifest`` version (benchmarks measure cold loads with it)."""
+    with _cache_lock:
+        _cache.clear()
+
+
 def read_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
-    """The state of the ``__manifest`` version ``ds``, checked (one line naming what is damaged)."""
+    """The state of the ``__manifest`` version ``ds``, checked (one line naming what is damaged).
+
+    Which version is read is the caller's (``ds``, opened at the latest or a given version);
+    only the decoding is cached: the last :data:`STATE_CACHE_SIZE` versions read that passed
+    the checks are kept per content key (:func:`_version_key`), so loading a version again
+    costs no ``__manifest`` scan.
+    """
+    key = _version_key(ds, root)
+    with _cache_lock:
+        state = _cache.get(key)
+        if state is not None:
+            _cache.move_to_end(key)
+            return state
+    state = _decode_state(ds, root)
+    with _cache_lock:
+        _cache[key] = state
+        while len(_cache) > STATE_CACHE_SIZE:
+            _cache.popitem(last=False)
+    return state
+
+
+def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
     metadata = ManifestStore.metadata_of(ds)
     spec_keys = {int(m.group(1)): k for k in metadata if (m := _SPEC_KEY_RE.match(k))}
     if not spec_keys:
