@@ -6,7 +6,8 @@ keep seeing the old data (old dataset versions stay until :func:`vacuum`).
 
 Compaction is split so Spark can run the rewrites on executors:
 :func:`plan_compaction` (driver) -> :func:`rewrite` (one task each, anywhere) ->
-:func:`commit_compaction` (driver). :func:`compact_local` runs all three in-process.
+:func:`commit_compaction` (driver). :func:`compact_local` runs all three in-process
+(:func:`rewrite_all`: the bins on threads).
 
 An operation given a root string also takes ``storage_options`` (Lance's, e.g.
 ``aws_endpoint``); given a loaded :class:`PartitionedNamespace` it uses the namespace's
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +74,7 @@ __all__ = [
     "optimize_manifest",
     "plan_compaction",
     "rewrite",
+    "rewrite_all",
     "vacuum",
 ]
 
@@ -134,6 +137,8 @@ class CompactionTask:
     fragment_ids: tuple[int, ...]
     target_rows: int
     storage_options: tuple[tuple[str, str], ...] = ()
+    rows: int = 0  # live rows of the bin, as planned
+    size_bytes: int = 0  # bytes of the bin's data files, as planned (0 where Lance does not record a size)
 
 
 @dataclass(frozen=True)
@@ -170,31 +175,50 @@ def plan_compaction(
             continue
         ds = _open(task.uri, task.read_version, ns.storage_options)
         coverage = _index_coverage(ds, task.object_id)
-        bins: list[list[tuple[int, int, bool]]] = [[]]
+        bins: list[_Bin] = [_Bin()]
         for fragment in ds.get_fragments():
             meta = fragment.metadata
             deleted = meta.deletion_file is not None
             rows = fragment.count_rows() if deleted else meta.physical_rows
             if rows >= target_rows_per_fragment and not deleted:
-                bins.append([])
+                bins.append(_Bin())
                 continue
-            full = sum(r for _, r, _ in bins[-1]) + rows > target_rows_per_fragment
-            if full or (bins[-1] and coverage.get(bins[-1][0][0]) != coverage.get(fragment.fragment_id)):
-                bins.append([])
-            bins[-1].append((fragment.fragment_id, rows, deleted))
+            last = bins[-1]
+            full = last.rows + rows > target_rows_per_fragment
+            if full or (last.ids and coverage.get(last.ids[0]) != coverage.get(fragment.fragment_id)):
+                bins.append(last := _Bin())
+            last.add(fragment.fragment_id, rows, deleted, sum(f.file_size_bytes or 0 for f in meta.files))
         for b in bins:
-            if len(b) > 1 or (len(b) == 1 and b[0][2]):
+            if len(b.ids) > 1 or (len(b.ids) == 1 and b.deleted):
                 tasks.append(
                     CompactionTask(
                         task.object_id,
                         task.uri,
                         task.read_version,
-                        tuple(f for f, _, _ in b),
+                        tuple(b.ids),
                         target_rows_per_fragment,
                         opts,
+                        b.rows,
+                        b.size_bytes,
                     )
                 )
     return tasks
+
+
+class _Bin:
+    """Consecutive fragments planned into one rewrite, with running totals."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.rows = 0
+        self.size_bytes = 0
+        self.deleted = False
+
+    def add(self, fragment_id: int, rows: int, deleted: bool, size_bytes: int) -> None:
+        self.ids.append(fragment_id)
+        self.rows += rows
+        self.size_bytes += size_bytes
+        self.deleted = self.deleted or deleted
 
 
 def _index_coverage(ds: lance.LanceDataset, object_id: str) -> dict[int, frozenset[str]]:
@@ -211,11 +235,21 @@ def _index_coverage(ds: lance.LanceDataset, object_id: str) -> dict[int, frozens
 def rewrite(task: CompactionTask) -> CompactionResult:
     """Executor side: rewrite the bin's live rows as new uncommitted fragments (a Lance
     compaction task, :func:`partitioning.tables.compact_fragments`)."""
-    opts = dict(task.storage_options) or None
-    ds = _open(task.uri, task.read_version, opts)
+    ds = _open(task.uri, task.read_version, dict(task.storage_options) or None)
     with translate_lance_errors(f"compact {task.object_id}"):
         text, rows = compact_fragments(ds, task.fragment_ids, task.target_rows)
     return CompactionResult(task, text, len(json.loads(text)["new_fragments"]), rows)
+
+
+def rewrite_all(tasks: Sequence[CompactionTask], *, threads: int | None = None) -> list[CompactionResult]:
+    """:func:`rewrite` of every task, ``threads`` bins at a time (default: one per core; Lance
+    releases the GIL while it rewrites); results in the order of ``tasks``."""
+    work = list(tasks)
+    workers = max(1, min(len(work), threads if threads is not None else os.cpu_count() or 1))
+    if workers == 1:
+        return [rewrite(t) for t in work]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(rewrite, work))
 
 
 def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResult]) -> MaintenanceReport:
@@ -269,13 +303,14 @@ def compact_local(
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     time_zone: str = "UTC",
 ) -> MaintenanceReport:
-    """:func:`plan_compaction`, :func:`rewrite` and :func:`commit_compaction` in this process,
-    under a write lease (:mod:`partitioning.leases`) so vacuum keeps the new fragments."""
+    """:func:`plan_compaction`, :func:`rewrite_all` (one thread per core) and
+    :func:`commit_compaction` in this process, under a write lease (:mod:`partitioning.leases`)
+    so vacuum keeps the new fragments."""
     tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment, time_zone=time_zone)
     if not tasks:
         return MaintenanceReport("compact", ns.root, ns.manifest_version)
     with write_lease(ns.root, ns.storage_options):
-        return commit_compaction(ns, [rewrite(t) for t in tasks])
+        return commit_compaction(ns, rewrite_all(tasks))
 
 
 # -- drop partitions and delete rows -------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Maintenance driven by Spark: filters are Spark SQL, read in the session's dialect and
-applied by Spark; compaction rewrites run as Spark tasks, one per bin of small fragments.
+applied by Spark; compaction rewrites run as Spark tasks, bins of small fragments packed
+into tasks, or, for a small plan, on the driver's threads (no Spark job).
 
 Every operation ends with the driver's dataset commits and ONE ``__manifest`` commit.
 Each takes ``storage_options`` (Lance's, e.g. ``aws_endpoint``), which reach the tasks;
@@ -31,7 +32,7 @@ from partitioning.maintenance import (
     compact_local,
     optimize_manifest,
     plan_compaction,
-    rewrite,
+    rewrite_all,
     vacuum,
 )
 from partitioning.maintenance import delete_rows as delete_rows_local
@@ -56,6 +57,21 @@ def _root(session: SparkSession | None, root: str | PartitionedNamespace) -> str
     return driver_root(session, root) if session is not None and isinstance(root, str) else root
 
 
+LOCAL_MAX_ROWS = 2_000_000
+"""A compaction plan of at most this many live rows (and :data:`LOCAL_MAX_BYTES`) is rewritten
+in the driver's process, on threads, without a Spark job. Measured on local[2]
+(``benchmarks/test_bench_maintenance.py``): a warm session's Spark job costs 1-2 s before a
+row is rewritten, while the driver rewrites small rows at 1.5-2M rows/s, so a plan under
+the bound takes about what the Spark path would spend just starting."""
+LOCAL_MAX_BYTES = 32 * 1024 * 1024
+"""The data-file bytes bound beside :data:`LOCAL_MAX_ROWS`, for wide rows (the driver rewrites
+the benchmark's files at ~25 MB/s: 32 MiB is again about a Spark job's start-up)."""
+BATCH_ROWS = 262_144
+"""The Spark path packs consecutive bins into one task up to this many rows (or
+:data:`BATCH_BYTES`), so many small tables do not each pay a Spark task."""
+BATCH_BYTES = 32 * 1024 * 1024
+
+
 def compact(
     root: str,
     filter: str | Filter | None = None,
@@ -63,12 +79,17 @@ def compact(
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     spark: SparkSession | None = None,
     storage_options: Mapping[str, str] | None = None,
+    local_max_rows: int = LOCAL_MAX_ROWS,
+    local_max_bytes: int = LOCAL_MAX_BYTES,
 ) -> MaintenanceReport:
-    """Rewrite small fragments of the partitions ``filter`` selects, in parallel on the executors.
+    """Rewrite small fragments of the partitions ``filter`` selects, in parallel: Spark tasks, or threads here.
 
     ``filter`` only selects partitions (rows never change). Uses ``spark`` or the active
-    session (classic or Spark Connect); without one it runs in this process. Readers of
-    older ``__manifest`` versions keep seeing the old fragments.
+    session (classic or Spark Connect); without one it runs in this process. A plan of at
+    most ``local_max_rows`` live rows and ``local_max_bytes`` data-file bytes is rewritten
+    in this process too (threads; no Spark job to start); ``local_max_rows=0`` always
+    uses Spark. Either way: one ``__manifest`` commit under the write lease, and readers
+    of older ``__manifest`` versions keep seeing the old fragments.
     """
     session = session_or_active(spark)
     ns = PartitionedNamespace.load(root if session is None else driver_root(session, root), storage_options)
@@ -80,19 +101,41 @@ def compact(
     )
     if not tasks:
         return MaintenanceReport("compact", ns.root, ns.manifest_version)
+    rows, size = sum(t.rows for t in tasks), sum(t.size_bytes for t in tasks)
+    in_process = rows <= local_max_rows and size <= local_max_bytes
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     with write_lease(ns.root, ns.storage_options):
-        with (
-            spark_errors(f"compact {ns.root}"),
-            describe_jobs(session, f"lance_partitioned: compact {len(tasks)} fragment bins ({label})"),
-        ):
-            results = _rewrite_on_executors(session, tasks)
+        if in_process:
+            log.info("compact %s: %d bins, %d rows, %d bytes: in this process", ns.root, len(tasks), rows, size)
+            results = rewrite_all(tasks)
+        else:
+            batches = _batches(tasks)
+            with (
+                spark_errors(f"compact {ns.root}"),
+                describe_jobs(session, f"lance_partitioned: compact {len(tasks)} fragment bins ({label})"),
+            ):
+                results = [r for batch in run_tasks(session, batches, _rewrite_batch) for r in batch]
         return commit_compaction(ns, results)
 
 
-def _rewrite_on_executors(session: SparkSession, tasks: Sequence[CompactionTask]) -> list[CompactionResult]:
-    """One Spark task per bin (:func:`pipelines.tasks.run_tasks`, classic or Connect)."""
-    return run_tasks(session, tasks, rewrite)
+def _batches(tasks: Sequence[CompactionTask]) -> list[list[CompactionTask]]:
+    """Consecutive bins (a table's bins stay together) packed up to :data:`BATCH_ROWS` rows or
+    :data:`BATCH_BYTES` bytes per Spark task; a bin at or above either is a task of its own."""
+    out: list[list[CompactionTask]] = []
+    rows = size = 0
+    for task in tasks:
+        if not out or rows + task.rows > BATCH_ROWS or size + task.size_bytes > BATCH_BYTES:
+            out.append([])
+            rows = size = 0
+        out[-1].append(task)
+        rows += task.rows
+        size += task.size_bytes
+    return out
+
+
+def _rewrite_batch(batch: Sequence[CompactionTask]) -> list[CompactionResult]:
+    """Executor side: the batch's bins one after another (Lance's own threads do the work)."""
+    return rewrite_all(batch, threads=1)
 
 
 def delete_rows(

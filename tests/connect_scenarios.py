@@ -275,7 +275,7 @@ def maintenance(spark: Any) -> None:
             partition_by=None if start else ["country"],
         )
     check("four appends make four fragments per partition", fragments(root), 12)
-    report = compact(root, spark=spark)
+    report = compact(root, spark=spark, local_max_rows=0)  # force the executor path
     check("compact rewrites on the executors", (report.fragments_before, report.fragments_after), (12, 3))
     check("compact keeps every row", (fragments(root), stored(root)), (3, rows(range(40))))
     delete_rows(root, "amount > 90 AND country <> 'US'", spark=spark)

@@ -442,7 +442,7 @@ def test_spark_maintenance_wrappers_on_s3(spark, s3_server, s3_root):
     assert all(dict(t.storage_options) == opts for t in plan_compaction(ns.refresh()))
     cn = next(p for p in ns.partitions() if p.values["country"] == "CN")
 
-    report = pipelines.compact(s3_root, spark=spark, storage_options=opts)
+    report = pipelines.compact(s3_root, spark=spark, storage_options=opts, local_max_rows=0)  # on executors
     assert (report.tables, report.fragments_before, report.fragments_after) == (2, 5, 2)
     assert pipelines.delete_rows(s3_root, "v = 3", spark=spark, storage_options=opts).rows == 1
     assert pipelines.drop_partitions(s3_root, "country = 'CN'", spark=spark, storage_options=opts).tables == 1
