@@ -14,6 +14,7 @@ are never read, so a crash before the manifest commit leaves nothing visible.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import secrets
@@ -38,6 +39,7 @@ from partitioning.namespace import (
     LocationPlanner,
     PartitionedNamespace,
     PartitionKey,
+    PartitionTable,
     TableCommit,
     format_partition_value,
 )
@@ -79,6 +81,8 @@ WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
 WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "overwrite_partitions", "error", "ignore")
 DEFAULT_MAX_ROWS_PER_FILE = 1_048_576
 PART_PREFIX = "__part_"
+# Dataset commits of one write run this many at a time (pylance releases the GIL).
+PARALLEL_COMMITS = 8
 # A message row with this column set reports rows a task refused ({column: count}, JSON)
 # instead of fragments; the driver then refuses the whole write (:func:`check_rejected`).
 REJECTED = "rejected"
@@ -119,9 +123,10 @@ class FragmentWriter:
     Input batches hold the data columns plus one ``__part_<field_id>`` column per
     partition field. Rows are buffered per partition and flushed as fragments when a
     buffer reaches ``buffer_rows`` or when more than ``max_open_writers`` partitions
-    are buffered (least recently used first). On clustered input (sorted by partition)
-    ``max_open_writers=1`` keeps exactly one partition in memory and writes one
-    fragment per partition per task.
+    are buffered (least recently used first), and the largest buffer is flushed while
+    all buffers together hold more than ``max_buffered_rows``. On clustered input
+    (sorted by partition) ``max_open_writers=1`` keeps exactly one partition in memory
+    and writes one fragment per partition per task.
     """
 
     root: str
@@ -133,6 +138,7 @@ class FragmentWriter:
     max_bytes_per_file: int | None = None
     buffer_rows: int = DEFAULT_MAX_ROWS_PER_FILE
     max_open_writers: int = 1
+    max_buffered_rows: int | None = None
 
     @classmethod
     def for_namespace(
@@ -142,6 +148,7 @@ class FragmentWriter:
         max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
         max_bytes_per_file: int | None = None,
         max_open_writers: int = 1,
+        max_buffered_rows: int | None = None,
     ) -> FragmentWriter:
         """A writer for the namespace's current spec, naming new partitions with a fresh seed."""
         spec = ns.current_spec
@@ -156,6 +163,7 @@ class FragmentWriter:
             max_bytes_per_file=max_bytes_per_file,
             buffer_rows=max_rows_per_file,
             max_open_writers=max_open_writers,
+            max_buffered_rows=max_buffered_rows,
         )
 
     @property
@@ -176,6 +184,7 @@ class FragmentWriter:
         writes nothing more, counts the wrong rows to the end and reports them instead."""
         buffers: OrderedDict[PartitionKey, _Buffer] = OrderedDict()
         rejected: dict[str, int] = {}
+        buffered = 0
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -185,16 +194,25 @@ class FragmentWriter:
                     rejected[name] = rejected.get(name, 0) + bad
             if rejected:
                 buffers.clear()
+                buffered = 0
                 continue
             for key, part in self._split(pa.Table.from_batches([batch])):
                 buf = buffers.pop(key, None) or _Buffer()
                 buf.add(part)
                 buffers[key] = buf
+                buffered += part.num_rows
                 if buf.rows >= self.buffer_rows:
+                    buffered -= buf.rows
                     yield self._flush(key, buffers.pop(key))
                 while len(buffers) > self.max_open_writers:
                     old_key, old = buffers.popitem(last=False)
+                    buffered -= old.rows
                     yield self._flush(old_key, old)
+                while self.max_buffered_rows is not None and buffered > self.max_buffered_rows:
+                    big_key = max(buffers, key=lambda k: buffers[k].rows)
+                    big = buffers.pop(big_key)
+                    buffered -= big.rows
+                    yield self._flush(big_key, big)
         if rejected:
             yield self._rejected(rejected)
             return
@@ -213,11 +231,19 @@ class FragmentWriter:
         if all(len(pc.unique(keys.column(n))) == 1 for n in names):
             yield tuple(canonical_float(keys.column(n)[0].as_py()) for n in names), self._data(table)
             return
-        indexed = keys.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
-        groups = indexed.group_by(names, use_threads=False).aggregate([("__row", "list")])
-        for i in range(groups.num_rows):
-            key = tuple(canonical_float(groups.column(n)[i].as_py()) for n in names)
-            yield key, self._data(table.take(groups.column("__row_list")[i].values))
+        if any(pa.types.is_floating(t) for _, t in self.part_fields):
+            indexed = keys.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
+            groups = indexed.group_by(names, use_threads=False).aggregate([("__row", "list")])
+            for i in range(groups.num_rows):
+                key = tuple(canonical_float(groups.column(n)[i].as_py()) for n in names)
+                yield key, self._data(table.take(groups.column("__row_list")[i].values))
+            return
+        order = pc.sort_indices(keys, sort_keys=[(n, "ascending") for n in names])
+        keys = keys.take(order)
+        data = self._data(table.take(order))
+        starts = [0, *_run_starts(keys), table.num_rows]
+        for start, end in itertools.pairwise(starts):
+            yield tuple(keys.column(n)[start].as_py() for n in names), data.slice(start, end - start)
 
     def _data(self, table: pa.Table) -> pa.Table:
         try:
@@ -259,6 +285,21 @@ class FragmentWriter:
         for (fid, _), value in zip(self.part_fields, key, strict=True):
             row[part_column(fid)] = value
         return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
+
+
+def _run_starts(keys: pa.Table) -> list[int]:
+    """Where a new run of equal keys starts in sorted ``keys`` (rows 1..n-1); NULL equals NULL."""
+    changed: Any = None
+    for column in keys.columns:
+        values = column.combine_chunks()
+        after, before = values.slice(1), values.slice(0, len(values) - 1)
+        differs = pc.if_else(
+            pc.and_(after.is_valid(), before.is_valid()),
+            pc.not_equal(after, before),
+            pc.not_equal(after.is_valid(), before.is_valid()),
+        )
+        changed = differs if changed is None else pc.or_(changed, differs)
+    return [int(i) + 1 for i in pc.indices_nonzero(changed).to_pylist()]
 
 
 def describe_key(part_fields: Sequence[tuple[str, Any]], key: PartitionKey) -> str:
@@ -445,7 +486,7 @@ def commit_write(
             raise ConcurrentModification(
                 f"the schema of {ns.root} changed while this write ran; nothing was committed, run the write again"
             )
-        commits = []
+        planned: list[tuple[_Pending, dict[str, Any], PartitionTable | None]] = []
         created = 0
         for location in list(pending):
             entry = pending[location]
@@ -455,17 +496,23 @@ def commit_write(
                 entry = _relocate(entry, existing.object_id, existing.location, ns, written, max_rows_per_file)
                 del pending[location]
                 pending[entry.location] = entry
-            base = ns.open_table(existing) if existing is not None and mode == "append" else None
             created += existing is None
+            planned.append((entry, values, existing if mode == "append" else None))
+
+        def commit_one(plan: tuple[_Pending, dict[str, Any], PartitionTable | None]) -> TableCommit:
+            entry, values, existing = plan
             version = commit_version(
                 table_uri(ns.root, entry.object_id, entry.location),
                 written,
                 entry.fragments,
                 ns.storage_options,
-                base=base,
+                base=ns.open_table(existing) if existing is not None else None,
                 verify=False,
             )
-            commits.append(TableCommit(spec.spec_id, values, entry.location, version, entry.object_id))
+            return TableCommit(spec.spec_id, values, entry.location, version, entry.object_id)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(planned)))) as pool:
+            commits = list(pool.map(commit_one, planned))
         recorded = _write_operation(ns, mode, write_id, pending.values(), commits, created, operation)
         try:
             manifest_version = ns.commit_once(

@@ -202,8 +202,11 @@ def write_partitioned(
     ``array<double>`` and ``VectorUDT`` columns, refusing the whole write (nothing
     committed) when any non-NULL vector does not have ``d`` elements. Without it an
     ``array<float>`` column becomes a variable-length list (Spark has no dimension).
-    ``cluster`` repartitions and sorts by partition first, so each task holds one
-    partition in memory at a time; without it each task keeps at most
+    ``cluster`` repartitions by partition first, so each partition gets one fragment per
+    task (a task buffers at most ``max_rows_per_file`` rows, flushing its largest
+    partition beyond that), unless the first rows of the input tasks (100,000 in all)
+    hold at most ``max_open_writers`` partition values: then, as without ``cluster``,
+    no shuffle runs and every input task writes its own fragments, keeping at most
     ``max_open_writers`` partition buffers. A retried job with the same ``write_id``
     never adds its data twice. The driver holds a write lease under ``root`` (refreshed
     by a background thread) from before the tasks run until the commit returns, so a
@@ -246,7 +249,7 @@ def write_partitioned(
         return replace_rows(df, ns, replace_where, write_id=write_id, **sizes)
     label = root.rstrip("/").rsplit("/", 1)[-1]
     with write_lease(ns.root, ns.storage_options, write_id=write_id):
-        messages, writer = write_fragments(df, ns, **sizes)
+        messages, writer = write_fragments(df, ns, plan_layout=True, **sizes)
         with describe_jobs(df.sparkSession, f"lance_partitioned: commit ({label})"):
             return commit_write(
                 ns,
@@ -288,30 +291,74 @@ def write_fragments(
     max_bytes_per_file: int | None = None,
     cluster: bool = True,
     max_open_writers: int = 32,
+    plan_layout: bool = False,
 ) -> tuple[pa.Table, FragmentWriter]:
     """Executors write ``df``'s rows as uncommitted fragments of ``ns``'s current spec; the
-    commit messages (collected on the driver) and the writer. The caller holds a write lease."""
+    commit messages (collected on the driver) and the writer. The caller holds a write lease.
+
+    ``cluster`` shuffles the rows by partition (one task per partition value, one
+    fragment per partition per task). With ``plan_layout`` it does so only when
+    :func:`_few_partitions` does not find the data to hold few partition values in
+    many rows; then every input task writes its own fragments, up to
+    ``max_open_writers`` partitions at a time, and no shuffle runs.
+    """
     current = ns.current_spec
     nschema = ns.namespace_schema
+    keyed = with_partition_columns(conform_dataframe(df, nschema), current.fields, nschema, prefix=PART_PREFIX)
+    part_fields = [(f.field_id, f.arrow_result_type(nschema)) for f in current.fields]
+    keyed = keyed.select(
+        *[F.col(f"`{n}`") for n in nschema.arrow.names],
+        *[F.col(part_column(fid)).cast(from_arrow_type(t)).alias(part_column(fid)) for fid, t in part_fields],
+    )
+    names = [part_column(fid) for fid, _ in part_fields]
+    label = ns.root.rstrip("/").rsplit("/", 1)[-1]
+    if cluster and names and plan_layout:
+        with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: plan the write ({label})"):
+            cluster = not _few_partitions(keyed, names, max_open_writers)
+    if cluster and names:
+        # Each task holds the partitions hashed to it, unsorted: the writer buffers them all
+        # (one fragment per partition per task) up to ``max_rows_per_file`` rows in total,
+        # then flushes its largest buffer.
+        keyed = keyed.repartition(*names)
+        open_writers, budget = _MANY_WRITERS, max_rows_per_file
+    else:
+        open_writers, budget = max_open_writers, (max_rows_per_file if plan_layout else None)
     writer = FragmentWriter.for_namespace(
         ns,
         max_rows_per_file=max_rows_per_file,
         max_bytes_per_file=max_bytes_per_file,
-        max_open_writers=1 if cluster else max_open_writers,
+        max_open_writers=open_writers,
+        max_buffered_rows=budget,
     )
-    keyed = with_partition_columns(conform_dataframe(df, nschema), current.fields, nschema, prefix=PART_PREFIX)
-    keyed = keyed.select(
-        *[F.col(f"`{n}`") for n in nschema.arrow.names],
-        *[F.col(part_column(fid)).cast(from_arrow_type(t)).alias(part_column(fid)) for fid, t in writer.part_fields],
-    )
-    names = [part_column(fid) for fid, _ in writer.part_fields]
-    if cluster and names:
-        keyed = keyed.repartition(*names).sortWithinPartitions(*names)
 
     def write_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return writer(batches)
 
-    label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
         messages = keyed.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
     return messages, writer
+
+
+# The first rows the layout decision looks at, and at most how many partition values they
+# may hold for the input tasks to write their own fragments instead of shuffling.
+SAMPLE_ROWS = 100_000
+_MANY_WRITERS = 1 << 20
+
+
+def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: int) -> bool:
+    """Whether the first :data:`SAMPLE_ROWS` rows (from every input task) hold at most
+    ``max_open_writers`` partition values, with the data at least that large.
+
+    Small data is clustered (one fragment per partition). Not sampled when ``keyed``'s
+    plan has a shuffle (the sample would run it once more) or cannot be inspected."""
+    try:
+        plan = str(keyed._jdf.queryExecution().executedPlan().toString())
+    except AttributeError:
+        return False
+    if "Exchange" in plan:
+        return False
+    sample = keyed.select(*names).limit(SAMPLE_ROWS).groupBy(*names).count()
+    row = sample.agg(F.count(F.lit(1)).alias("keys"), F.sum("count").alias("rows")).first()
+    if row is None or row["rows"] is None:
+        return False
+    return int(row["rows"]) >= SAMPLE_ROWS and int(row["keys"]) <= max_open_writers

@@ -1,0 +1,142 @@
+"""How a write lays rows out in tasks: few partition values in much data are written by every
+input task (no shuffle); many values, or little data, are shuffled to one task per value.
+
+Oracles: the input rows (ids from ``spark.range``), the per-task row counts Spark reports
+(``spark_partition_id``), and hand-computed partition values.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import pipelines.write as pw
+from partitioning.namespace import PartitionedNamespace
+from partitioning.write import FragmentWriter, commit_write, part_column, write_table
+from pipelines.write import write_partitioned
+
+pytestmark = pytest.mark.slow
+
+SAMPLE = 1_000
+
+
+@pytest.fixture
+def small_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pw, "SAMPLE_ROWS", SAMPLE)
+
+
+def _fragments(ns: PartitionedNamespace) -> dict[str, int]:
+    return {p.values["country"]: len(ns.open_table(p).get_fragments()) for p in ns.partitions()}
+
+
+def _ids(ns: PartitionedNamespace) -> list[int]:
+    return sorted(i for p in ns.partitions() for i in ns.open_table(p).to_table().column("id").to_pylist())
+
+
+def test_one_value_in_much_data_is_written_by_every_input_task(spark: SparkSession, tmp_path: Path, small_sample):
+    rows = 6 * SAMPLE
+    df = spark.range(rows, numPartitions=3).select("id", F.lit("US").alias("country"))
+    per_task = Counter(r[0] for r in df.select(F.spark_partition_id()).collect())
+    assert sorted(per_task.values()) == [2 * SAMPLE] * 3
+    result = write_partitioned(df, str(tmp_path / "ns"), partition_by=["country"])
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    assert _fragments(ns) == {"US": 3}  # one per input task: nothing was shuffled into one task
+    assert result.fragments_written == 3
+    assert _ids(ns) == list(range(rows))
+
+
+def test_few_values_keep_the_rows_per_value_and_task(spark: SparkSession, tmp_path: Path, small_sample):
+    rows = 8 * SAMPLE
+    df = spark.range(rows, numPartitions=2).select(
+        "id", F.element_at(F.array(*map(F.lit, ["US", "DE", "JP"])), (F.col("id") % 3 + 1).cast("int")).alias("country")
+    )
+    write_partitioned(df, str(tmp_path / "ns"), partition_by=["country"])
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    assert _fragments(ns) == {"US": 2, "DE": 2, "JP": 2}
+    for p in ns.partitions():
+        got = ns.open_table(p).to_table().column("id").to_pylist()
+        wanted = {"US": 0, "DE": 1, "JP": 2}[p.values["country"]]
+        assert sorted(got) == [i for i in range(rows) if i % 3 == wanted]
+
+
+def test_many_values_are_shuffled_to_one_fragment_per_value(spark: SparkSession, tmp_path: Path, small_sample):
+    rows = 4 * SAMPLE
+    df = spark.range(rows, numPartitions=3).select("id", (F.col("id") % 50).cast("string").alias("country"))
+    result = write_partitioned(df, str(tmp_path / "ns"), partition_by=["country"], max_open_writers=8)
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    assert _fragments(ns) == {str(v): 1 for v in range(50)}
+    assert result.fragments_written == 50
+    assert _ids(ns) == list(range(rows))
+
+
+def test_little_data_with_one_value_is_one_fragment(spark: SparkSession, tmp_path: Path, small_sample):
+    df = spark.range(SAMPLE // 2, numPartitions=3).select("id", F.lit("US").alias("country"))
+    write_partitioned(df, str(tmp_path / "ns"), partition_by=["country"])
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    assert _fragments(ns) == {"US": 1}
+    assert _ids(ns) == list(range(SAMPLE // 2))
+
+
+def test_an_input_with_a_shuffle_is_not_sampled_and_is_clustered(spark: SparkSession, tmp_path: Path, small_sample):
+    df = spark.range(4 * SAMPLE, numPartitions=2).repartition(3).select("id", F.lit("US").alias("country"))
+    write_partitioned(df, str(tmp_path / "ns"), partition_by=["country"])
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    assert _fragments(ns) == {"US": 1}
+    assert _ids(ns) == list(range(4 * SAMPLE))
+
+
+def test_the_buffer_budget_flushes_the_largest_partition_first(tmp_path: Path):
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, ["country"])
+    writer = FragmentWriter.for_namespace(ns, max_open_writers=10, max_buffered_rows=10)
+    key = part_column(ns.current_spec.field_ids[0])
+
+    def batch(start: int, countries: list[str]) -> pa.RecordBatch:
+        ids = list(range(start, start + len(countries)))
+        return pa.RecordBatch.from_pydict({"id": ids, "country": countries, key: countries})
+
+    batches = [batch(0, ["US"] * 6 + ["DE"] * 2), batch(8, ["DE"] * 2 + ["JP"]), batch(11, ["US"])]
+    messages = pa.Table.from_batches(list(writer(batches)), schema=writer.output_schema)
+    # after batch 2 the buffers hold US 6, DE 4, JP 1 = 11 > 10: US (the largest) is flushed
+    assert list(zip(messages.column(key).to_pylist(), messages.column("num_rows").to_pylist(), strict=True)) == [
+        ("US", 6),
+        ("DE", 4),
+        ("JP", 1),
+        ("US", 1),
+    ]
+    result = commit_write(ns, messages, spec_id=ns.current_spec.spec_id, schema=writer.schema)
+    assert result.rows_written == 12
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    assert _ids(ns) == list(range(12))
+    placed = {p.values["country"]: sorted(ns.open_table(p).to_table()["id"].to_pylist()) for p in ns.partitions()}
+    assert placed == {
+        "US": [0, 1, 2, 3, 4, 5, 11],
+        "DE": [6, 7, 8, 9],
+        "JP": [10],
+    }
+
+
+def test_batches_with_many_keys_and_nulls_are_split_exactly(tmp_path: Path):
+    """Multi-column keys with NULLs, in one batch: every row lands in the partition of its own
+    values (oracle: the rows grouped in Python), NULL being one value of its own."""
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("n", pa.int32())]
+    )
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, ["country", "n"])
+    countries = ["US", None, "DE", "JP"]
+    values = [None, 1, 2]
+    rows = [(i, countries[(i * 7) % 4], values[(i * 5) % 3]) for i in range(500)]
+    table = pa.Table.from_pylist([{"id": i, "country": c, "n": n} for i, c, n in rows], schema=schema)
+    result = write_table(ns, table, max_open_writers=64)
+    expected: dict[tuple[str | None, int | None], list[int]] = {}
+    for i, c, n in rows:
+        expected.setdefault((c, n), []).append(i)
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    got = {(p.values["country"], p.values["n"]): ns.open_table(p).to_table()["id"].to_pylist() for p in ns.partitions()}
+    assert {k: sorted(v) for k, v in got.items()} == expected
+    assert result.fragments_written == len(expected) == 12
