@@ -5,10 +5,11 @@ using each result as the next seed. ``hash(x0, c)``, with ``x0`` the int whose
 seed-42 hash is 0, is therefore murmur3 of ``c`` with seed 0. For ints, longs,
 dates and timestamps Spark hashes exactly the bytes SPEC-NOTES 7 prescribes, so
 that is the whole answer. For strings and binary only the trailing 1-3 bytes are
-hashed differently by Spark; the aligned prefix is hashed natively, its finalizer
-is inverted, and the spec's tail step is applied with 64-bit integer arithmetic.
-Bytes and shorts (1 and 2 bytes) use the same arithmetic. Floats, doubles and
-decimals go through the vectorized Arrow implementation in an ``arrow_udf``.
+hashed differently by Spark; the value padded with zero bytes to whole 4-byte
+blocks is hashed natively, and the last block's step and the finalizer are undone
+and redone with 64-bit integer arithmetic (:func:`_padded_hash`). Bytes and shorts
+(1 and 2 bytes) use the same arithmetic. Floats, doubles and decimals go through
+the vectorized Arrow implementation in an ``arrow_udf``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ _F1 = 0x85EBCA6B
 _F2 = 0xC2B2AE35
 _INV_F1 = pow(_F1, -1, 2**32)
 _INV_F2 = pow(_F2, -1, 2**32)
+_N1 = 0xE6546B64
+_INV_5 = pow(5, -1, 2**32)
 # Spark: hash(_X0) == 0 under seed 42, so hash(_X0, c) hashes c with seed 0.
 _X0 = -1693959553
 _HASH_TRUE = m3.murmur3_scalar(b"true")
@@ -44,15 +47,15 @@ def _lit(v: int) -> Column:
     return F.lit(v).cast("long")
 
 
-def _and(c: Column, mask: int) -> Column:
-    return c.bitwiseAND(_lit(mask))
+def _signed32(v: int) -> int:
+    return v - 2**32 if v >= 2**31 else v
 
 
 class _Stages:
     """Names intermediate values as columns of successive projections.
 
     murmur3 reuses each intermediate value several times; inlined into one Column,
-    every reuse would copy the whole tree below it and the ~20 chained steps would
+    every reuse would copy the whole tree below it and the chained steps would
     grow exponentially. Spark does not collapse a projection into the next when
     that would duplicate a non-trivial expression, so each value is computed once,
     and whole-stage codegen still fuses the stages into one loop.
@@ -73,12 +76,13 @@ class _Stages:
         return self.df.withColumn(out, value).drop(*self.names)
 
 
-def _mul32(st: _Stages, a: Column, const: int) -> Column:
-    """``(a * const) mod 2**32`` for ``a`` in [0, 2**32) without 64-bit overflow."""
-    x = st.let(a)
-    lo = _and(x, 0xFFFF) * _lit(const)
-    hi = _and(F.shiftrightunsigned(x, 16) * _lit(const), 0xFFFF)
-    return _and(lo + F.shiftleft(hi, 16), _MASK)
+def _mul32(a: Column, const: int) -> Column:
+    """``(a * const) mod 2**32`` for ``a`` in [0, 2**32): one 64-bit multiply by the signed constant.
+
+    ``|a * const| < 2**32 * 2**31``, so the product never overflows a long (ANSI mode
+    included) and its low 32 bits are those of the unsigned product.
+    """
+    return (a * _lit(_signed32(const))).bitwiseAND(_lit(_MASK))
 
 
 def _xorshift(st: _Stages, a: Column, s: int) -> Column:
@@ -86,39 +90,41 @@ def _xorshift(st: _Stages, a: Column, s: int) -> Column:
     return x.bitwiseXOR(F.shiftrightunsigned(x, s))
 
 
-def _unxorshift(st: _Stages, a: Column, s: int) -> Column:
-    """Inverse of ``a ^ (a >>> s)`` on 32-bit values."""
-    x = st.let(a)
-    out = x
-    for shift in range(s, 32, s):
-        out = out.bitwiseXOR(F.shiftrightunsigned(x, shift))
-    return out
-
-
 def _rotl(st: _Stages, a: Column, r: int) -> Column:
     x = st.let(a)
-    return _and(F.shiftleft(x, r).bitwiseOR(F.shiftrightunsigned(x, 32 - r)), _MASK)
+    return F.shiftleft(x, r).bitwiseOR(F.shiftrightunsigned(x, 32 - r)).bitwiseAND(_lit(_MASK))
 
 
 def _mix_k(st: _Stages, k: Column) -> Column:
-    return _mul32(st, _rotl(st, _mul32(st, k, _C1), 15), _C2)
+    return _mul32(_rotl(st, _mul32(k, _C1), 15), _C2)
 
 
-def _fmix(st: _Stages, h: Column, length: Column) -> Column:
-    h = _xorshift(st, h.bitwiseXOR(length), 16)
-    h = _xorshift(st, _mul32(st, h, _F1), 13)
-    return _xorshift(st, _mul32(st, h, _F2), 16)
+def _fmix(st: _Stages, h: Column) -> Column:
+    h = _mul32(_xorshift(st, h, 16), _F1)
+    h = _mul32(_xorshift(st, h, 13), _F2)
+    return _xorshift(st, h, 16)
 
 
-def _fmix_inverse(st: _Stages, h: Column, length: Column) -> Column:
-    h = _mul32(st, _unxorshift(st, h, 16), _INV_F2)
-    h = _mul32(st, _unxorshift(st, h, 13), _INV_F1)
-    return _unxorshift(st, h, 16).bitwiseXOR(length)
-
-
-def _signed(st: _Stages, h: Column) -> Column:
+def _fmix_inverse(st: _Stages, h: Column) -> Column:
+    """Inverse of :func:`_fmix` (``x ^ x >>> 16`` is its own inverse on 32 bits)."""
+    h = _mul32(_xorshift(st, h, 16), _INV_F2)
     x = st.let(h)
-    return F.when(x >= _lit(2**31), x - _lit(2**32)).otherwise(x).cast("int")
+    h = _mul32(x.bitwiseXOR(F.shiftrightunsigned(x, 13)).bitwiseXOR(F.shiftrightunsigned(x, 26)), _INV_F1)
+    return _xorshift(st, h, 16)
+
+
+def _mix_h_inverse(st: _Stages, h: Column) -> Column:
+    """The ``h ^ k`` that the body step ``rotl(h ^ k, 13) * 5 + 0xe6546b64`` turned into ``h``."""
+    x = st.let(_mul32(h - _lit(_N1), _INV_5))
+    return F.shiftrightunsigned(x, 13).bitwiseOR(F.shiftleft(x, 19)).bitwiseAND(_lit(_MASK))
+
+
+def _to_signed(h: Column) -> Column:
+    return (h.bitwiseXOR(_lit(2**31)) - _lit(2**31)).cast("int")
+
+
+def _unsigned(h: Column) -> Column:
+    return h.cast("long").bitwiseAND(_lit(_MASK))
 
 
 def _seed0_hash(c: Column) -> Column:
@@ -127,30 +133,31 @@ def _seed0_hash(c: Column) -> Column:
 
 
 def _small_int_hash(st: _Stages, c: Column, mask: int, width: int) -> Column:
-    return _signed(st, _fmix(st, _mix_k(st, _and(c.cast("long"), mask)), _lit(width)))
+    k = _mix_k(st, c.cast("long").bitwiseAND(_lit(mask)))
+    return _to_signed(_fmix(st, k.bitwiseXOR(_lit(width))))
 
 
-def _bytes_hash(st: _Stages, b: Column) -> Column:
-    """Spec murmur3 of a binary column: native aligned prefix plus the spec's tail step."""
-    b = st.let(b)
-    length = st.let(F.length(b).cast("long"))
-    tail_len = st.let(F.pmod(length, _lit(4)))
-    aligned = st.let(length - tail_len)
-    prefix_hash = _and(_seed0_hash(b.substr(F.lit(1), aligned.cast("int"))).cast("long"), _MASK)
-    h1 = _fmix_inverse(st, prefix_hash, aligned)
-    tail = b.substr((aligned + 1).cast("int"), tail_len.cast("int"))
-    big_endian = st.let(F.coalesce(F.conv(F.hex(tail), 16, 10).cast("long"), _lit(0)))
-    little_endian = (
-        F.when(tail_len == 2, F.shiftleft(_and(big_endian, 0xFF), 8).bitwiseOR(F.shiftrightunsigned(big_endian, 8)))
-        .when(
-            tail_len == 3,
-            F.shiftleft(_and(big_endian, 0xFF), 16)
-            .bitwiseOR(_and(big_endian, 0xFF00))
-            .bitwiseOR(F.shiftrightunsigned(big_endian, 16)),
-        )
-        .otherwise(big_endian)
-    )
-    return _signed(st, _fmix(st, h1.bitwiseXOR(_mix_k(st, little_endian)), length))
+def _padded_hash(st: _Stages, value: Column, *, binary: bool) -> Column:
+    """Spec murmur3 of a string's UTF-8 bytes (or of a binary) from one native ``hash()``.
+
+    ``value`` padded with 1-4 zero bytes to a multiple of 4 is hashed by Spark as whole
+    4-byte blocks, and its last block is the spec's zero-padded tail word ``k``. Undoing
+    the finalizer and that block's ``rotl(h ^ mix(k), 13) * 5 + n`` step leaves
+    ``h ^ mix(k)``, which the spec finalizes with the unpadded length. A NULL ``value``
+    has a NULL length, which the arithmetic carries through to a NULL result.
+    """
+    n = st.let(F.octet_length(value).cast("long"))
+    rem = n.bitwiseAND(_lit(3))
+    pads = [b"\0" * (4 - r) for r in range(4)]
+
+    def pad(r: int) -> Column:
+        return F.lit(bytearray(pads[r])) if binary else F.lit(pads[r].decode())
+
+    padding = F.when(rem == 0, pad(0)).when(rem == 1, pad(1)).when(rem == 2, pad(2)).otherwise(pad(3))
+    padded_len = n.bitwiseOR(_lit(3)) + _lit(1)
+    native = _unsigned(_seed0_hash(F.concat(value, padding)))
+    body = _mix_h_inverse(st, _fmix_inverse(st, native).bitwiseXOR(padded_len))
+    return _to_signed(_fmix(st, body.bitwiseXOR(n)))
 
 
 def native_murmur3_supported(source_type: T.DataType) -> bool:
@@ -190,14 +197,13 @@ def with_murmur3(df: DataFrame, col: Column, out: str, source_type: T.DataType |
     """``df`` plus column ``out`` = murmur3 of ``col``, natively wherever exact."""
     if isinstance(source_type, T.StringType | T.BinaryType | T.ByteType | T.ShortType):
         st = _Stages(df, re.sub(r"\W", "_", out))
-        if isinstance(source_type, T.StringType):
-            hashed = _bytes_hash(st, col.cast("binary"))
-        elif isinstance(source_type, T.BinaryType):
-            hashed = _bytes_hash(st, col)
-        else:
-            mask, width = _NATIVE_SMALL[type(source_type)]
-            hashed = _small_int_hash(st, col, mask, width)
-        return st.finish(out, _null_safe(col, hashed))
+        if isinstance(source_type, T.StringType) and source_type.collation == "UTF8_BINARY":
+            return st.finish(out, _padded_hash(st, col, binary=False))
+        if isinstance(source_type, T.StringType | T.BinaryType):
+            # a collated string hashes by its collation key: hash its UTF-8 bytes instead
+            return st.finish(out, _padded_hash(st, col.cast("binary"), binary=True))
+        mask, width = _NATIVE_SMALL[type(source_type)]
+        return st.finish(out, _null_safe(col, _small_int_hash(st, col, mask, width)))
     return df.withColumn(out, murmur3_column(col, source_type))
 
 
@@ -206,6 +212,20 @@ def murmur3_multi_column(*cols: Column) -> Column:
     return _murmur3_multi_udf(*cols)
 
 
-def bucket_column(hashed: Column, num_buckets: int) -> Column:
-    """``abs(h) % N`` in 64 bits, as int in ``[0, N)``."""
-    return F.pmod(F.abs(hashed.cast("long")), _lit(num_buckets)).cast("int")
+def bucket_column(hashed: Column | str, num_buckets: int) -> Column:
+    """``abs(h) % N`` in 64 bits, as int in ``[0, N)``; ``abs`` is never negative, so no ``pmod``.
+
+    Given a column name, ``abs`` is the branch-free ``(h ^ s) - s`` with ``s = h >> 63``
+    (the name is read three times): Spark's ``abs`` is a branch that hashes mispredict
+    half the time, which costs as much as the hash itself. For a power-of-two ``N`` the
+    remainder is a mask.
+    """
+    if isinstance(hashed, str):
+        h = F.col(hashed).cast("long")
+        sign = F.shiftright(h, 63)
+        magnitude = h.bitwiseXOR(sign) - sign
+    else:
+        magnitude = F.abs(hashed.cast("long"))
+    if num_buckets & (num_buckets - 1) == 0:
+        return magnitude.bitwiseAND(_lit(num_buckets - 1)).cast("int")
+    return (magnitude % _lit(num_buckets)).cast("int")

@@ -205,7 +205,7 @@ def with_partition_columns(
         cols, types = _sources(f, schema, df)
         if isinstance(f.transform, BucketTransform) and not isinstance(types[0], T.NullType):
             df = with_murmur3(df, cols[0], out, types[0])
-            df = df.withColumn(out, bucket_column(F.col(out), f.transform.num_buckets))
+            df = df.withColumn(out, bucket_column(out, f.transform.num_buckets))
         else:
             df = df.withColumn(out, partition_value(f, schema, df))
     return df

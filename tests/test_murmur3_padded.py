@@ -1,0 +1,73 @@
+"""The JVM-native string/binary murmur3 (one ``hash()`` of the zero-padded value) against mmh3."""
+
+from __future__ import annotations
+
+import mmh3
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipelines import murmur3 as sm3
+
+_ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=40)
+_UNICODE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+_SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _expected(raw: list[bytes | None]) -> list[int | None]:
+    return [None if v is None else mmh3.hash(v, 0, signed=True) for v in raw]
+
+
+def _staged(df, spark_type: T.DataType) -> list[int | None]:
+    out = sm3.with_murmur3(df, F.col("v"), "h", spark_type)
+    assert not [c for c in out.columns if c.startswith("__m3_")]
+    return [r.h for r in out.orderBy("i").select("h").collect()]
+
+
+@_SETTINGS
+@given(values=st.lists(st.one_of(st.none(), _ASCII, _UNICODE), max_size=40))
+def test_padded_string_hash_matches_mmh3(spark, values):
+    """ASCII and multi-byte UTF-8, every length 0..40 mod 4, NULL."""
+    df = spark.createDataFrame(list(enumerate(values)), "i int, v string")
+    assert _staged(df, T.StringType()) == _expected([None if v is None else v.encode() for v in values])
+
+
+@_SETTINGS
+@given(values=st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=40))
+def test_padded_binary_hash_matches_mmh3(spark, values):
+    """Arbitrary bytes, including zero bytes and bytes >= 0x80 in the tail (Spark sign-extends those)."""
+    rows = [(i, None if v is None else bytearray(v)) for i, v in enumerate(values)]
+    df = spark.createDataFrame(rows, "i int, v binary")
+    assert _staged(df, T.BinaryType()) == _expected(values)
+
+
+def test_every_length_and_tail_byte(spark):
+    """Lengths 0..40 and trailing zero / 0xff bytes, which a padding scheme could confuse."""
+    raw = [bytes(range(1, n + 1)) for n in range(41)] + [b"\x00", b"a\x00", b"ab\x00\x00", b"\xff", b"\xff\xff\xff"]
+    df = spark.createDataFrame([(i, bytearray(v)) for i, v in enumerate(raw)], "i int, v binary")
+    assert _staged(df, T.BinaryType()) == _expected(raw)
+    text = [v.decode("latin-1") for v in raw[:41]]
+    sdf = spark.createDataFrame(list(enumerate(text)), "i int, v string")
+    assert _staged(sdf, T.StringType()) == _expected([v.encode() for v in text])
+
+
+def test_collated_string_hashes_its_utf8_bytes(spark):
+    """A UTF8_LCASE column: Spark's hash() would fold case; the spec hashes the bytes."""
+    values = ["US", "us", "Straße", "", None]
+    df = spark.createDataFrame(list(enumerate(values)), "i int, v string").select(
+        "i", F.col("v").cast(T.StringType("UTF8_LCASE")).alias("v")
+    )
+    got = _staged(df, T.StringType("UTF8_LCASE"))
+    assert got == _expected([None if v is None else v.encode() for v in values])
+    assert got[0] != got[1]
+
+
+def test_bucket_column_of_negative_hashes(spark):
+    """abs(h) % N (mask for powers of two, remainder otherwise) against Python for both signs."""
+    hashes = [-(2**31), -17, -1, 0, 1, 17, 2**31 - 1]
+    df = spark.createDataFrame([(i, h) for i, h in enumerate(hashes)], "i int, h int")
+    for n in (1, 7, 16, 1000, 1024, 2**31 - 1):
+        for hashed in ("h", F.col("h")):
+            got = [r.b for r in df.orderBy("i").select(sm3.bucket_column(hashed, n).alias("b")).collect()]
+            assert got == [abs(h) % n for h in hashes], (n, hashed)
