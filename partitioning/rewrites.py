@@ -47,18 +47,18 @@ from partitioning.tables import (
 )
 from partitioning.transforms import canonical_float
 from partitioning.write import (
+    PARALLEL_COMMITS,
     CommitResult,
-    _check_files,
-    _group_messages,
-    _Pending,
-    _relocate,
+    Pending,
     already_committed,
+    check_files,
     check_rejected,
+    group_messages,
+    place_pending,
 )
 
 __all__ = ["ReadSet", "ReadSetChanged", "RewriteResult", "commit_rewrite", "delete_and_append"]
 
-PARALLEL_COMMITS = 8
 _OFFSET_BITS = 32
 
 
@@ -218,7 +218,7 @@ class _Change:
 
 def _changes(
     ns: PartitionedNamespace,
-    pending: dict[str, _Pending],
+    pending: dict[str, Pending],
     deletions: Mapping[str, Sequence[int]],
     spec_id: int,
     schema: NamespaceSchema,
@@ -229,14 +229,7 @@ def _changes(
     tables = {t.object_id: t for t in ns.partitions()}
     changes: dict[str, _Change] = {}
     created = 0
-    for location in list(pending):
-        entry = pending[location]
-        values = dict(zip(spec.field_ids, entry.key, strict=True))
-        existing = ns.find_partition(spec.spec_id, values)
-        if existing is not None and existing.location != entry.location:
-            entry = _relocate(entry, existing.object_id, existing.location, ns, schema, max_rows_per_file)
-            del pending[location]
-            pending[entry.location] = entry
+    for entry, values, existing in place_pending(ns, pending, spec_id, schema, max_rows_per_file):
         created += existing is None
         base = ns.open_table(existing) if existing is not None else None
         uri = table_uri(ns.root, entry.object_id, entry.location)
@@ -294,13 +287,13 @@ def commit_rewrite(
     (the caller re-runs the operation); other manifest races are rebased and retried.
     """
     spec = ns.specs[spec_id]
-    pending = _group_messages(check_rejected(messages, schema), spec.field_ids)
+    pending = group_messages(check_rejected(messages, schema), spec.field_ids)
     outside = sorted(set(deletions) - set(read))
     if outside:
         raise InvalidInput(f"rows to delete in partition table {outside[0]}, which the operation did not read")
     last: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
-        _check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
+        check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
         ns.refresh()
         skipped = already_committed(ns, mode, write_id)
         if skipped is not None:

@@ -65,15 +65,21 @@ from partitioning.vectors import (
 )
 
 __all__ = [
+    "PARALLEL_COMMITS",
     "CommitResult",
     "FragmentWriter",
+    "Pending",
     "WriteMode",
     "add_partition_columns",
     "already_committed",
+    "check_files",
     "check_rejected",
     "commit_write",
     "conform_table",
+    "group_messages",
     "message_schema",
+    "place_pending",
+    "relocate",
     "write_table",
 ]
 
@@ -346,7 +352,7 @@ def already_committed(ns: PartitionedNamespace, mode: str, write_id: str | None)
 
 
 @dataclass
-class _Pending:
+class Pending:
     """The written-but-uncommitted fragments of one partition."""
 
     key: PartitionKey
@@ -373,9 +379,9 @@ def check_rejected(messages: pa.Table, schema: NamespaceSchema) -> pa.Table:
     raise SchemaError("; ".join(str(e) for e in errors))
 
 
-def _group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, _Pending]:
+def group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, Pending]:
     """Fragments per table location; every partition key must map to one location."""
-    pending: dict[str, _Pending] = {}
+    pending: dict[str, Pending] = {}
     location_of: dict[PartitionKey, str] = {}
     for row in messages.to_pylist():
         key = tuple(canonical_float(row[part_column(fid)]) for fid in field_ids)
@@ -383,20 +389,20 @@ def _group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, _
             raise ConcurrentModification(
                 f"partition {key} was written to two locations ({location_of[key]}, {row['location']}) in one write"
             )
-        entry = pending.setdefault(row["location"], _Pending(key, row["object_id"], row["location"], [], 0))
+        entry = pending.setdefault(row["location"], Pending(key, row["object_id"], row["location"], [], 0))
         entry.fragments.extend(FragmentMetadata.from_json(json.dumps(f)) for f in json.loads(row["fragments"]))
         entry.rows += row["num_rows"]
     return pending
 
 
-def _relocate(
-    pending: _Pending,
+def relocate(
+    pending: Pending,
     target_id: str,
     target: str,
     ns: PartitionedNamespace,
     schema: NamespaceSchema,
     max_rows_per_file: int,
-) -> _Pending:
+) -> Pending:
     """Move fragments written under a losing location into the partition's real table.
 
     Happens only when another writer created the same new partition concurrently; the
@@ -412,12 +418,36 @@ def _relocate(
         storage_options=ns.storage_options,
         max_rows_per_file=max_rows_per_file,
     )
-    return _Pending(pending.key, target_id, target, fragments, pending.rows)
+    return Pending(pending.key, target_id, target, fragments, pending.rows)
 
 
-def _check_files(
+def place_pending(
+    ns: PartitionedNamespace,
+    pending: dict[str, Pending],
+    spec_id: int,
+    schema: NamespaceSchema,
+    max_rows_per_file: int,
+) -> list[tuple[Pending, dict[str, Any], PartitionTable | None]]:
+    """Each pending entry with its partition values and the table that already holds that
+    partition (None: a new one). An entry written under a location another writer's new
+    table won meanwhile is moved there first (:func:`relocate`); ``pending`` is updated."""
+    spec = ns.specs[spec_id]
+    placed = []
+    for location in list(pending):
+        entry = pending[location]
+        values = dict(zip(spec.field_ids, entry.key, strict=True))
+        existing = ns.find_partition(spec.spec_id, values)
+        if existing is not None and existing.location != entry.location:
+            entry = relocate(entry, existing.object_id, existing.location, ns, schema, max_rows_per_file)
+            del pending[location]
+            pending[entry.location] = entry
+        placed.append((entry, values, existing))
+    return placed
+
+
+def check_files(
     root: str,
-    pending: Iterable[_Pending],
+    pending: Iterable[Pending],
     field_ids: Sequence[str],
     storage_options: Mapping[str, str] | None = None,
 ) -> None:
@@ -474,10 +504,10 @@ def commit_write(
         raise SchemaError(f"unknown write mode {mode!r}; allowed: append, overwrite, overwrite_partitions")
     spec = ns.specs[spec_id] if spec_id is not None else ns.current_spec
     written = schema if schema is not None else ns.namespace_schema
-    pending = _group_messages(check_rejected(messages, written), spec.field_ids)
+    pending = group_messages(check_rejected(messages, written), spec.field_ids)
     last_error: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
-        _check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
+        check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
         ns.refresh()
         skipped = already_committed(ns, mode, write_id)
         if skipped is not None:
@@ -486,20 +516,11 @@ def commit_write(
             raise ConcurrentModification(
                 f"the schema of {ns.root} changed while this write ran; nothing was committed, run the write again"
             )
-        planned: list[tuple[_Pending, dict[str, Any], PartitionTable | None]] = []
-        created = 0
-        for location in list(pending):
-            entry = pending[location]
-            values = dict(zip(spec.field_ids, entry.key, strict=True))
-            existing = ns.find_partition(spec.spec_id, values)
-            if existing is not None and existing.location != entry.location:
-                entry = _relocate(entry, existing.object_id, existing.location, ns, written, max_rows_per_file)
-                del pending[location]
-                pending[entry.location] = entry
-            created += existing is None
-            planned.append((entry, values, existing if mode == "append" else None))
+        placed = place_pending(ns, pending, spec.spec_id, written, max_rows_per_file)
+        created = sum(existing is None for _, _, existing in placed)
+        planned = [(entry, values, existing if mode == "append" else None) for entry, values, existing in placed]
 
-        def commit_one(plan: tuple[_Pending, dict[str, Any], PartitionTable | None]) -> TableCommit:
+        def commit_one(plan: tuple[Pending, dict[str, Any], PartitionTable | None]) -> TableCommit:
             entry, values, existing = plan
             version = commit_version(
                 table_uri(ns.root, entry.object_id, entry.location),
@@ -543,7 +564,7 @@ def _write_operation(
     ns: PartitionedNamespace,
     mode: str,
     write_id: str | None,
-    pending: Iterable[_Pending],
+    pending: Iterable[Pending],
     commits: Sequence[TableCommit],
     created: int,
     operation: Operation | None,
