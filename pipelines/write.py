@@ -40,7 +40,7 @@ from partitioning.write import (
     part_column,
 )
 from pipelines.schema import is_ml_vector, namespace_schema_from_spark, spark_schema, spark_to_arrow_schema
-from pipelines.session import describe_jobs, driver_root
+from pipelines.session import describe_jobs, driver_root, is_connect
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.transforms import with_partition_columns
 
@@ -351,10 +351,9 @@ def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: in
 
     Small data is clustered (one fragment per partition). Not sampled when ``keyed``'s
     plan has a shuffle (the sample would run it once more) or cannot be inspected."""
-    try:
-        plan = str(keyed._jdf.queryExecution().executedPlan().toString())
-    except AttributeError:
+    if is_connect(keyed.sparkSession):
         return False
+    plan = str(keyed._jdf.queryExecution().executedPlan().toString())  # classic-only (guarded by is_connect)
     if "Exchange" in plan:
         return False
     sample = keyed.select(*names).limit(SAMPLE_ROWS).groupBy(*names).count()
