@@ -323,8 +323,6 @@ def commit_rewrite(
             recorded = recorded.timed(started)
         try:
             manifest_version = ns.commit_once(commits, write_id=write_id, operation=recorded)
-        except ReadSetChanged:
-            raise
         except ConcurrentModification as exc:
             last = exc
             time.sleep(random.uniform(0.01, 0.05) * attempt)

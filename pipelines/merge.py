@@ -96,13 +96,9 @@ def _check(
                 f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}"
                 + ("; pass set= for the columns to update" if clause.startswith("when_matched") else "")
             )
-    clash = {_ACTION, _TARGET, _SOURCE, ROW_TABLE, ROW_ADDRESS} & (set_of(source.columns) | set_of(names))
+    clash = {_ACTION, _TARGET, _SOURCE, ROW_TABLE, ROW_ADDRESS} & {*source.columns, *names}
     if clash:
         raise InvalidInput(f"merge cannot use a column named {sorted(clash)[0]!r}")
-
-
-def set_of(items: Sequence[str]) -> frozenset[str]:
-    return frozenset(items)
 
 
 def _key_narrowing(
