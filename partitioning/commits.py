@@ -15,12 +15,13 @@ from typing import Any
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
 from partitioning.history import Operation
 from partitioning.locations import object_id_from_location, spec_id_of
 from partitioning.manifest import ManifestStore, partition_column
-from partitioning.state import ManifestHandle, NamespaceState, TableCommit
+from partitioning.state import ManifestHandle, NamespaceState, TableCommit, state_after_merge
 from partitioning.transforms import canonical_float
 
 __all__ = [
@@ -115,8 +116,13 @@ def commit_once(
     rows = commit_rows(state, commits, base.schema.names)
     rows.extend(lock_rows(state, spec_ids, write_id))
     table = pa.Table.from_pylist(rows, schema=base.schema)
-    merge_manifest_rows(ns._store, base, table, operation, delete_other_partitions=replace_all)
-    ns.refresh()
+    committed = ns._store.merge_rows_committed(
+        base,
+        table,
+        delete_other_partitions=replace_all,
+        transaction_properties=operation.properties() if operation is not None else None,
+    )
+    ns._state = state_after_merge(state, committed, table, delete_other_partitions=replace_all)
     return ns._state.version
 
 
@@ -138,24 +144,33 @@ def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: O
     spec_ids = {tables[oid] for oid in doomed} or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
     rows = pa.Table.from_pylist(lock_rows(state, spec_ids, None), schema=base.schema)
-    merge_manifest_rows(ns._store, base, rows, operation, delete_ids=sorted(doomed | empty))
-    ns.refresh()
+    deleted = sorted(doomed | empty)
+    committed = ns._store.merge_rows_committed(
+        base,
+        rows,
+        delete_ids=deleted,
+        transaction_properties=operation.properties() if operation is not None else None,
+    )
+    ns._state = state_after_merge(state, committed, rows, delete_ids=deleted)
     return ns._state.version
 
 
 def committed_write_ids(state: NamespaceState) -> set[str]:
     """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
     ids: set[str] = set()
+    locks = state.rows_for(f"v{spec_id}" for spec_id in state.specs)
     for spec_id in state.specs:
-        ids.update(_write_ids(state.rows_by_id.get(f"v{spec_id}")))
+        ids.update(_write_ids(locks.get(f"v{spec_id}")))
     return ids
 
 
 def lock_rows(state: NamespaceState, spec_ids: Iterable[int], write_id: str | None) -> list[dict[str, Any]]:
     """The ``v<N>`` rows of ``spec_ids`` to rewrite in a commit, remembering ``write_id`` if given."""
     out = []
-    for spec_id in sorted(spec_ids):
-        row = dict(state.rows_by_id[f"v{spec_id}"])
+    wanted = sorted(spec_ids)
+    locks = state.rows_for(f"v{spec_id}" for spec_id in wanted)
+    for spec_id in wanted:
+        row = dict(locks[f"v{spec_id}"])
         props = json.loads(row.get("metadata") or "{}")
         if write_id is not None:
             recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
@@ -166,18 +181,28 @@ def lock_rows(state: NamespaceState, spec_ids: Iterable[int], write_id: str | No
 
 
 def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Sequence[str]) -> list[dict[str, Any]]:
-    """The table rows of ``commits`` and the namespace rows above them (``names``: the manifest columns)."""
-    existing = state.rows_by_id
-    out: dict[str, dict[str, Any]] = {}
+    """The table rows of ``commits`` and the namespace rows above them (``names``: the manifest
+    columns). Only the manifest rows these commits touch are decoded (:mod:`partitioning.lookup`)."""
+    keyed = []
     for c in commits:
         spec = state.spec(c.spec_id)
         key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
-        current = state.by_key.get((c.spec_id, key))
-        object_id = c.object_id or object_id_from_location(c.location)
-        if current is not None and current.object_id != object_id:
+        keyed.append((c, spec, key, c.object_id or object_id_from_location(c.location)))
+    current: dict[tuple[int, Any], Any] = {}
+    for spec_id in {c.spec_id for c in commits}:
+        found = state.find_tables(spec_id, [key for c, _, key, _ in keyed if c.spec_id == spec_id])
+        current.update({(spec_id, k): t for k, t in found.items()})
+    touched = {oid for *_, oid in keyed}
+    touched.update("$".join(oid.split("$")[: level + 1]) for oid in list(touched) for level in range(1, oid.count("$")))
+    existing = state.rows_for(touched)
+    _check_new_locations(state, keyed)
+    out: dict[str, dict[str, Any]] = {}
+    for c, spec, key, object_id in keyed:
+        table = current.get((c.spec_id, key))
+        if table is not None and table.object_id != object_id:
             raise ConcurrentModification(
                 f"partition {dict(zip(spec.field_ids, key, strict=True))} of spec v{c.spec_id} was created "
-                f"concurrently at {current.location}; data written to {c.location} was not committed"
+                f"concurrently at {table.location}; data written to {c.location} was not committed"
             )
         parts = object_id.split("$")
         for level in range(1, len(parts) - 1):
@@ -212,6 +237,23 @@ def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Se
             row[partition_column(f.field_id)] = v
         out[object_id] = row
     return list(out.values())
+
+
+def _check_new_locations(state: NamespaceState, keyed: Sequence[tuple[TableCommit, Any, Any, str]]) -> None:
+    """No committed location may be another manifest row's (two rows sharing a directory)."""
+    wanted = {c.location: oid for c, _, _, oid in keyed}
+    if not wanted:
+        return
+    manifest = state.manifest
+    holders = manifest.filter(pc.is_in(manifest.column("location"), value_set=pa.array(sorted(wanted), pa.string())))
+    for oid, location in zip(
+        holders.column("object_id").to_pylist(), holders.column("location").to_pylist(), strict=True
+    ):
+        if wanted[location] != oid:
+            raise ConcurrentModification(
+                f"location {location!r} is already table {oid!r}'s; data written there for {wanted[location]!r} "
+                "was not committed"
+            )
 
 
 def _write_ids(row: Mapping[str, Any] | None) -> list[str]:

@@ -353,7 +353,29 @@ class ManifestStore:
         transaction_properties: Mapping[str, str] | None = None,
     ) -> int:
         """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version, carrying
-        ``transaction_properties``; returns the new version.
+        ``transaction_properties``; returns the new version (:meth:`merge_rows_committed`)."""
+        committed = self.merge_rows_committed(
+            ds,
+            rows,
+            delete_other_partitions=delete_other_partitions,
+            delete_ids=delete_ids,
+            delete_others=delete_others,
+            transaction_properties=transaction_properties,
+        )
+        return int(committed.version)
+
+    def merge_rows_committed(
+        self,
+        ds: lance.LanceDataset,
+        rows: pa.Table,
+        *,
+        delete_other_partitions: bool = False,
+        delete_ids: Sequence[str] = (),
+        delete_others: bool = False,
+        transaction_properties: Mapping[str, str] | None = None,
+    ) -> lance.LanceDataset:
+        """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version, carrying
+        ``transaction_properties``; returns the committed version, opened.
 
         Lance's own retries are off: a commit made since ``ds`` that touches the same rows
         (every commit rewrites the ``v<N>`` lock rows) raises :class:`ConcurrentModification`,
@@ -374,7 +396,6 @@ class ManifestStore:
                 builder = builder.when_not_matched_by_source_delete()
             txn, _ = builder.conflict_retries(0).execute_uncommitted(rows.select(ds.schema.names).cast(ds.schema))
             txn.transaction_properties = dict(transaction_properties or {})
-            committed = lance.LanceDataset.commit(
+            return lance.LanceDataset.commit(
                 self.uri, txn, read_version=ds.version, storage_options=self.storage_options, max_retries=0
             )
-        return int(committed.version)

@@ -35,11 +35,12 @@ from partitioning.history import Operation, history_table
 from partitioning.locations import BOUNDED_TABLE_DIR_RE as BOUNDED_TABLE_DIR_RE
 from partitioning.locations import MAX_NAME_BYTES as MAX_NAME_BYTES
 from partitioning.locations import TABLE_NAME as TABLE_NAME
-from partitioning.locations import LocationPlanner, namespace_index
+from partitioning.locations import LocationPlanner
 from partitioning.locations import PartitionKey as PartitionKey
 from partitioning.locations import keyed_hex as keyed_hex
 from partitioning.locations import keyed_namespace_name as keyed_namespace_name
 from partitioning.locations import table_directory as table_directory
+from partitioning.lookup import existing_locations
 from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, manifest_schema
 from partitioning.orphans import Orphan, find_orphans
 from partitioning.scan import ScanPlan, plan_tables
@@ -155,17 +156,35 @@ class PartitionedNamespace:
 
     def find_partition(self, spec_id: int, values: Mapping[str, Any]) -> PartitionTable | None:
         key = tuple(canonical_float(values.get(f.field_id)) for f in self._state.spec(spec_id).fields)
-        return self._state.by_key.get((spec_id, key))
+        return self._state.find_tables(spec_id, [key]).get(key)
 
-    def location_planner(self, spec_id: int | None = None, *, seed: bytes | None = None) -> LocationPlanner:
-        """A picklable planner of table locations for ``spec_id`` (default: the current spec)."""
+    def find_partitions(self, spec_id: int, keys: Iterable[PartitionKey]) -> dict[PartitionKey, PartitionTable]:
+        """The existing table of each partition key of spec ``spec_id`` in ``keys``; only those
+        manifest rows are decoded."""
+        return self._state.find_tables(spec_id, keys)
+
+    def location_planner(
+        self, spec_id: int | None = None, *, seed: bytes | None = None, keys: Iterable[PartitionKey] | None = None
+    ) -> LocationPlanner:
+        """A picklable planner of table locations for ``spec_id`` (default: the current spec).
+
+        With ``keys`` it knows only those partitions (and the namespaces above them): a
+        write whose partition keys are known up front decodes just their manifest rows.
+        """
         spec = self._state.spec(spec_id if spec_id is not None else self.current_spec.spec_id)
-        existing = {p.key: (p.object_id, p.location) for p in self._state.tables if p.spec_id == spec.spec_id}
+        if keys is None:
+            existing = existing_locations(self._state.table_rows.get(spec.spec_id), spec)
+            namespaces = self._state.namespaces_for(spec, None)
+        else:
+            wanted = list(keys)
+            found = self._state.find_tables(spec.spec_id, wanted)
+            existing = {k: (t.object_id, t.location) for k, t in found.items()}
+            namespaces = self._state.namespaces_for(spec, wanted)
         return LocationPlanner(
             spec_id=spec.spec_id,
             field_ids=tuple(spec.field_ids),
             existing=existing,
-            namespaces=namespace_index(self._state.rows, spec),
+            namespaces=namespaces,
             seed=seed if seed is not None else self._seed,
         )
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
 from partitioning.locations import PartitionKey, spec_id_of
+from partitioning.lookup import namespace_rows, rows_by_id, table_rows_for_keys
 from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
 from partitioning.scan import table_rows_by_spec
 from partitioning.schema import NamespaceSchema, field_id_of
@@ -38,6 +40,7 @@ __all__ = [
     "clear_state_cache",
     "open_partition_table",
     "read_state",
+    "state_after_merge",
 ]
 
 _SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
@@ -130,31 +133,56 @@ class NamespaceState:
             spec_id = spec_id_of(row["object_id"])
             if row["object_type"] != "table" or spec_id not in self.specs:
                 continue
-            uri = table_uri(self.root, row["object_id"], row["location"])
             other = owner.setdefault(row["location"], row["object_id"])
             if other != row["object_id"]:
                 raise CorruptNamespace(
                     f"__manifest table rows {other!r} and {row['object_id']!r} both have location "
                     f"{row['location']!r}; remove one with PartitionedNamespace.remove_tables"
                 )
-            values = {f.field_id: row.get(partition_column(f.field_id)) for f in self.specs[spec_id].fields}
-            out.append(
-                PartitionTable(
-                    object_id=row["object_id"],
-                    location=row["location"],
-                    uri=uri,
-                    spec_id=spec_id,
-                    values=values,
-                    read_version=row.get("read_version"),
-                    read_branch=row.get("read_branch"),
-                    read_tag=row.get("read_tag"),
-                )
-            )
+            out.append(self._table(spec_id, row))
         return sorted(out, key=lambda p: p.object_id)
 
     @cached_property
     def by_key(self) -> dict[tuple[int, PartitionKey], PartitionTable]:
         return {(p.spec_id, p.key): p for p in self.tables}
+
+    def _table(self, spec_id: int, row: Mapping[str, Any]) -> PartitionTable:
+        return PartitionTable(
+            object_id=row["object_id"],
+            location=row["location"],
+            uri=table_uri(self.root, row["object_id"], row["location"]),
+            spec_id=spec_id,
+            values={f.field_id: row.get(partition_column(f.field_id)) for f in self.specs[spec_id].fields},
+            read_version=row.get("read_version"),
+            read_branch=row.get("read_branch"),
+            read_tag=row.get("read_tag"),
+        )
+
+    # -- lookups that decode only the rows asked for (partitioning.lookup) -------------------------
+    def find_tables(self, spec_id: int, keys: Iterable[PartitionKey]) -> dict[PartitionKey, PartitionTable]:
+        """The table of each partition key of spec ``spec_id`` in ``keys`` that exists; only
+        those rows are decoded (a commit touching one of 20,000 partitions reads one)."""
+        wanted = {tuple(canonical_float(v) for v in k) for k in keys}
+        if "by_key" in self.__dict__:
+            return {k: t for k in wanted if (t := self.by_key.get((spec_id, k))) is not None}
+        spec = self.spec(spec_id)
+        source = self.table_rows[spec_id] if "table_rows" in self.__dict__ else self.manifest
+        rows = table_rows_for_keys(source, spec, wanted)
+        return {k: self._table(spec_id, row) for k, row in rows.items()}
+
+    def rows_for(self, object_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The manifest rows with these object ids (absent ids are left out), as dicts."""
+        if "rows_by_id" in self.__dict__:
+            return {i: r for i in set(object_ids) if (r := self.rows_by_id.get(i)) is not None}
+        return rows_by_id(self.manifest, object_ids)
+
+    def namespaces_for(
+        self, spec: PartitionSpec, keys: Iterable[PartitionKey] | None
+    ) -> dict[tuple[str, PartitionKey], str]:
+        """The partition namespaces of ``spec`` above ``keys`` (None: all of them)."""
+        if keys is None:
+            return namespace_rows(self.manifest, spec, None)
+        return namespace_rows(self.manifest, spec, {tuple(canonical_float(v) for v in k) for k in keys})
 
 
 class ManifestHandle(Protocol):
@@ -215,6 +243,53 @@ def read_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
         while len(_cache) > STATE_CACHE_SIZE:
             _cache.popitem(last=False)
     return state
+
+
+def state_after_merge(
+    state: NamespaceState,
+    committed: lance.LanceDataset,
+    rows: pa.Table,
+    *,
+    delete_ids: Iterable[str] = (),
+    delete_other_partitions: bool = False,
+) -> NamespaceState:
+    """The state of ``committed``, the ``__manifest`` version a row merge made on ``state``.
+
+    When ``committed`` is the very next version, nothing else was committed in between,
+    so its rows are ``state``'s with ``rows`` upserted by ``object_id`` and ``delete_ids``
+    (or, with ``delete_other_partitions``, every partition row not in ``rows``) removed:
+    derived here in Arrow instead of read back. Otherwise the version is read. Either
+    way the result is cached like :func:`read_state`'s.
+    """
+    if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
+        return read_state(committed, state.root)
+    schema = state.manifest.schema
+    upserted = rows.select(schema.names).cast(schema)
+    ids = state.manifest.column("object_id")
+    gone = pa.array(sorted({*upserted.column("object_id").to_pylist(), *delete_ids}), pa.string())
+    keep = pc.invert(pc.is_in(ids, value_set=gone))
+    if delete_other_partitions:
+        keep = pc.and_(keep, pc.invert(pc.match_substring(ids, "$")))
+    derived = NamespaceState(
+        root=state.root,
+        version=committed.version,
+        metadata=state.metadata,
+        schema=state.schema,
+        specs=state.specs,
+        manifest=_concat(state.manifest.filter(keep), upserted),
+    )
+    key = _version_key(committed, state.root)
+    with _cache_lock:
+        _cache[key] = derived
+        while len(_cache) > STATE_CACHE_SIZE:
+            _cache.popitem(last=False)
+    return derived
+
+
+def _concat(kept: pa.Table, upserted: pa.Table, max_chunks: int = 64) -> pa.Table:
+    """``kept`` then ``upserted``, without copying until the chunks pile up (many commits in one process)."""
+    out = pa.concat_tables([kept, upserted])
+    return out.combine_chunks() if out.column(0).num_chunks > max_chunks else out
 
 
 def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:

@@ -155,15 +155,19 @@ class FragmentWriter:
         max_bytes_per_file: int | None = None,
         max_open_writers: int = 1,
         max_buffered_rows: int | None = None,
+        keys: Iterable[PartitionKey] | None = None,
     ) -> FragmentWriter:
-        """A writer for the namespace's current spec, naming new partitions with a fresh seed."""
+        """A writer for the namespace's current spec, naming new partitions with a fresh seed.
+
+        ``keys``: the partition keys the writer will see, when known (it then knows only
+        those partitions' locations, decoding only their manifest rows)."""
         spec = ns.current_spec
         schema = ns.namespace_schema
         return cls(
             root=ns.root,
             schema=schema,
             part_fields=tuple((f.field_id, f.arrow_result_type(schema)) for f in spec.fields),
-            planner=ns.location_planner(spec.spec_id, seed=secrets.token_bytes(32)),
+            planner=ns.location_planner(spec.spec_id, seed=secrets.token_bytes(32), keys=keys),
             storage_options=ns.storage_options,
             max_rows_per_file=max_rows_per_file,
             max_bytes_per_file=max_bytes_per_file,
@@ -432,11 +436,12 @@ def place_pending(
     partition (None: a new one). An entry written under a location another writer's new
     table won meanwhile is moved there first (:func:`relocate`); ``pending`` is updated."""
     spec = ns.specs[spec_id]
+    found = ns.find_partitions(spec.spec_id, [entry.key for entry in pending.values()])
     placed = []
     for location in list(pending):
         entry = pending[location]
         values = dict(zip(spec.field_ids, entry.key, strict=True))
-        existing = ns.find_partition(spec.spec_id, values)
+        existing = found.get(tuple(canonical_float(v) for v in entry.key))
         if existing is not None and existing.location != entry.location:
             entry = relocate(entry, existing.object_id, existing.location, ns, schema, max_rows_per_file)
             del pending[location]
@@ -639,6 +644,16 @@ def add_partition_columns(table: pa.Table, fields: Sequence[PartitionField], sch
     return table
 
 
+def partition_keys(keyed: pa.Table, field_ids: Sequence[str]) -> set[PartitionKey]:
+    """The distinct partition keys of a table with ``__part_*`` columns (:func:`add_partition_columns`)."""
+    names = [part_column(fid) for fid in field_ids]
+    if not names or keyed.num_rows == 0:
+        return {()} if keyed.num_rows else set()
+    distinct = keyed.select(names).group_by(names, use_threads=False).aggregate([])
+    columns = [distinct.column(n).to_pylist() for n in names]
+    return {tuple(canonical_float(v) for v in k) for k in zip(*columns, strict=True)}
+
+
 def write_table(
     ns: PartitionedNamespace,
     table: pa.Table,
@@ -663,7 +678,12 @@ def write_table(
     spec = ns.current_spec
     schema = ns.namespace_schema
     keyed = add_partition_columns(conform_table(table, schema), spec.fields, schema)
-    writer = FragmentWriter.for_namespace(ns, max_rows_per_file=max_rows_per_file, max_open_writers=max_open_writers)
+    writer = FragmentWriter.for_namespace(
+        ns,
+        max_rows_per_file=max_rows_per_file,
+        max_open_writers=max_open_writers,
+        keys=partition_keys(keyed, spec.field_ids),
+    )
     with write_lease(ns.root, ns.storage_options, write_id=write_id):
         batches = list(writer(keyed.to_batches()))
         messages = pa.Table.from_batches(batches, schema=writer.output_schema)
