@@ -26,8 +26,10 @@ from partitioning.transforms import canonical_float
 
 __all__ = [
     "DEFAULT_COMMIT_RETRIES",
+    "MAX_PARTITION_VALUE_BYTES",
     "WRITE_IDS_PROPERTY",
     "WRITE_ID_HISTORY",
+    "check_partition_value_sizes",
     "commit_metadata",
     "commit_once",
     "commit_rows",
@@ -39,6 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_COMMIT_RETRIES = 8
+MAX_PARTITION_VALUE_BYTES = 1024
 WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
 WRITE_ID_HISTORY = 100
 
@@ -180,6 +183,21 @@ def lock_rows(state: NamespaceState, spec_ids: Iterable[int], write_id: str | No
     return out
 
 
+def check_partition_value_sizes(field_ids: Sequence[str], key: Sequence[Any]) -> None:
+    """Refuse a string or binary partition value longer than :data:`MAX_PARTITION_VALUE_BYTES`:
+    every partition value is copied into the manifest, which every load and commit reads."""
+    for fid, value in zip(field_ids, key, strict=True):
+        size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else None
+        if isinstance(value, bytes | bytearray):
+            size = len(value)
+        if size is not None and size > MAX_PARTITION_VALUE_BYTES:
+            raise InvalidInput(
+                f"partition field {fid!r}: a value of {size:,} bytes is longer than the limit of "
+                f"{MAX_PARTITION_VALUE_BYTES:,} bytes for partition values (each is stored in __manifest); "
+                f"partition by bucket[N] or truncate[W] of the column instead"
+            )
+
+
 def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Sequence[str]) -> list[dict[str, Any]]:
     """The table rows of ``commits`` and the namespace rows above them (``names``: the manifest
     columns). Only the manifest rows these commits touch are decoded (:mod:`partitioning.lookup`)."""
@@ -187,6 +205,7 @@ def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Se
     for c in commits:
         spec = state.spec(c.spec_id)
         key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
+        check_partition_value_sizes(spec.field_ids, key)
         keyed.append((c, spec, key, c.object_id or object_id_from_location(c.location)))
     current: dict[tuple[int, Any], Any] = {}
     for spec_id in {c.spec_id for c in commits}:

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
+from partitioning.commits import check_partition_value_sizes
 from partitioning.errors import ConcurrentModification, PartitioningError, SchemaError
 from partitioning.history import Operation
 from partitioning.leases import write_lease
@@ -271,6 +272,7 @@ class FragmentWriter:
         return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
 
     def _flush(self, key: PartitionKey, buf: _Buffer) -> pa.RecordBatch:
+        check_partition_value_sizes([fid for fid, _ in self.part_fields], key)
         data = pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]
         object_id, location = self.planner.place(key)
         kwargs: dict[str, Any] = {"max_rows_per_file": self.max_rows_per_file}
@@ -678,11 +680,11 @@ def write_table(
     spec = ns.current_spec
     schema = ns.namespace_schema
     keyed = add_partition_columns(conform_table(table, schema), spec.fields, schema)
+    keys = partition_keys(keyed, spec.field_ids)
+    for key in keys:
+        check_partition_value_sizes(spec.field_ids, key)
     writer = FragmentWriter.for_namespace(
-        ns,
-        max_rows_per_file=max_rows_per_file,
-        max_open_writers=max_open_writers,
-        keys=partition_keys(keyed, spec.field_ids),
+        ns, max_rows_per_file=max_rows_per_file, max_open_writers=max_open_writers, keys=keys
     )
     with write_lease(ns.root, ns.storage_options, write_id=write_id):
         batches = list(writer(keyed.to_batches()))
