@@ -267,7 +267,7 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
     skipped: list[str] = []
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
-        current = {t.object_id: t for t in ns.partitions()}
+        current = ns.tables_by_id(by_table)
         commits, before, after, rows = [], 0, 0, 0
         for object_id, parts in sorted(by_table.items()):
             table = current.get(object_id)
@@ -359,8 +359,9 @@ def drop_partitions(
     match = matcher or _datafusion
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
-        tables = {t.object_id: t for t in ns.partitions()}
-        candidates = [tables[t.object_id] for t in ns.plan_scan(filter, dialect=d)]
+        planned = [t.object_id for t in ns.plan_scan(filter, dialect=d)]
+        tables = ns.tables_by_id(planned)
+        candidates = [tables[oid] for oid in planned]
         doomed: list[str] = []
         for spec_id in sorted({t.spec_id for t in candidates}):
             columns = _identity_columns(ns, spec_id)
@@ -435,8 +436,8 @@ def delete_rows(
     finder = find_rows or rows_to_delete_datafusion
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh()
-        tables = {t.object_id: t for t in ns.partitions()}
         tasks = list(ns.plan_scan(filter, dialect=d))
+        tables = ns.tables_by_id(t.object_id for t in tasks)
         for task in tasks:
             if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
                 raise InvalidInput(f"delete_rows: table {task.object_id} is read from a branch or tag; not supported")

@@ -163,6 +163,11 @@ class PartitionedNamespace:
         manifest rows are decoded."""
         return self._state.find_tables(spec_id, keys)
 
+    def tables_by_id(self, object_ids: Iterable[str]) -> dict[str, PartitionTable]:
+        """The partition tables with these object ids (absent ones are left out); only their
+        manifest rows are decoded."""
+        return self._state.tables_by_id(object_ids)
+
     def location_planner(
         self, spec_id: int | None = None, *, seed: bytes | None = None, keys: Iterable[PartitionKey] | None = None
     ) -> LocationPlanner:

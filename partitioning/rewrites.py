@@ -81,9 +81,10 @@ class ReadSet:
 
     def plan(self, ns: PartitionedNamespace) -> dict[str, int]:
         """object_id -> read_version of every table this read set covers in ``ns``'s state."""
-        values = {t.object_id: t for t in ns.partitions()}
+        tasks = list(ns.plan_scan(self.filter, dialect=self.dialect))
+        values = ns.tables_by_id(t.object_id for t in tasks if t.spec_id in self.keys)
         out: dict[str, int] = {}
-        for task in ns.plan_scan(self.filter, dialect=self.dialect):
+        for task in tasks:
             if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
                 raise InvalidInput(
                     f"partition table {task.object_id} is read from a branch or tag; rows cannot be changed there"
@@ -226,7 +227,7 @@ def _changes(
 ) -> tuple[list[_Change], int]:
     """One change per touched table (new fragments and/or deleted rows); and how many tables are new."""
     spec = ns.specs[spec_id]
-    tables = {t.object_id: t for t in ns.partitions()}
+    tables = ns.tables_by_id(oid for oid, addresses in deletions.items() if addresses)
     changes: dict[str, _Change] = {}
     created = 0
     for entry, values, existing in place_pending(ns, pending, spec_id, schema, max_rows_per_file):

@@ -176,6 +176,15 @@ class NamespaceState:
             return {i: r for i in set(object_ids) if (r := self.rows_by_id.get(i)) is not None}
         return rows_by_id(self.manifest, object_ids)
 
+    def tables_by_id(self, object_ids: Iterable[str]) -> dict[str, PartitionTable]:
+        """The partition tables (of known spec versions) with these object ids; only their rows are decoded."""
+        out = {}
+        for object_id, row in self.rows_for(object_ids).items():
+            spec_id = spec_id_of(object_id)
+            if row["object_type"] == "table" and spec_id in self.specs:
+                out[object_id] = self._table(spec_id, row)
+        return out
+
     def namespaces_for(
         self, spec: PartitionSpec, keys: Iterable[PartitionKey] | None
     ) -> dict[tuple[str, PartitionKey], str]:
