@@ -163,6 +163,10 @@ class PartitionedNamespace:
         manifest rows are decoded."""
         return self._state.find_tables(spec_id, keys)
 
+    def spec_ids_with_tables(self) -> set[int]:
+        """The spec versions that have at least one partition table (no row is decoded)."""
+        return {spec_id for spec_id, rows in self._state.table_rows.items() if rows.num_rows}
+
     def tables_by_id(self, object_ids: Iterable[str]) -> dict[str, PartitionTable]:
         """The partition tables with these object ids (absent ones are left out); only their
         manifest rows are decoded."""

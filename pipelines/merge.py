@@ -106,7 +106,7 @@ def _key_narrowing(
 ) -> dict[int, tuple[tuple[str, ...], frozenset[tuple[Any, ...]]]]:
     """Per spec: the partition fields the keys determine and the source's values of them."""
     schema = ns.namespace_schema
-    used = {t.spec_id for t in ns.partitions()}
+    used = ns.spec_ids_with_tables()
     by_spec = {}
     for spec_id in sorted(used):
         fields = []
