@@ -20,8 +20,6 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.write import FragmentWriter, commit_write, part_column, write_table
 from pipelines.write import write_partitioned
 
-pytestmark = pytest.mark.slow
-
 SAMPLE = 1_000
 
 
