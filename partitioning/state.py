@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -84,17 +84,22 @@ class NamespaceState:
     """One ``__manifest`` version, decoded and checked. Immutable and shared: :func:`read_state`
     hands the same object to every load of that version (see :data:`STATE_CACHE_SIZE`).
 
-    ``manifest`` is every row as Arrow columns. Derived views are built on first use and
-    then kept with the state: :attr:`table_rows` (Arrow, what scan planning prunes) and
-    the Python-level :attr:`rows`, :attr:`tables` and :attr:`by_key`, so planning a scan
-    never pays for the Python objects."""
+    :attr:`manifest` is every row as Arrow columns, made by ``rows_source`` on first use
+    (a version a commit derived from the one before is computed only if asked for).
+    Derived views are built on first use and then kept with the state: :attr:`table_rows`
+    (Arrow, what scan planning prunes) and the Python-level :attr:`rows`, :attr:`tables`
+    and :attr:`by_key`, so planning a scan never pays for the Python objects."""
 
     root: str
     version: int
     metadata: dict[str, str]
     schema: NamespaceSchema
     specs: dict[int, PartitionSpec]
-    manifest: pa.Table
+    rows_source: Callable[[], pa.Table] = field(repr=False, compare=False)
+
+    @cached_property
+    def manifest(self) -> pa.Table:
+        return self.rows_source()
 
     @property
     def current_spec(self) -> PartitionSpec:
@@ -274,18 +279,16 @@ def state_after_merge(
         return read_state(committed, state.root)
     schema = state.manifest.schema
     upserted = rows.select(schema.names).cast(schema)
-    ids = state.manifest.column("object_id")
     gone = pa.array(sorted({*upserted.column("object_id").to_pylist(), *delete_ids}), pa.string())
-    keep = pc.invert(pc.is_in(ids, value_set=gone))
-    if delete_other_partitions:
-        keep = pc.and_(keep, pc.invert(pc.match_substring(ids, "$")))
     derived = NamespaceState(
         root=state.root,
         version=committed.version,
         metadata=state.metadata,
         schema=state.schema,
         specs=state.specs,
-        manifest=_concat(state.manifest.filter(keep), upserted),
+        rows_source=lambda: _concat(
+            state.manifest.filter(_kept(state.manifest, gone, delete_other_partitions)), upserted
+        ),
     )
     key = _version_key(committed, state.root)
     with _cache_lock:
@@ -293,6 +296,12 @@ def state_after_merge(
         while len(_cache) > STATE_CACHE_SIZE:
             _cache.popitem(last=False)
     return derived
+
+
+def _kept(manifest: pa.Table, gone: pa.Array, delete_other_partitions: bool) -> pa.Array:
+    ids = manifest.column("object_id")
+    keep = pc.invert(pc.is_in(ids, value_set=gone))
+    return pc.and_(keep, pc.invert(pc.match_substring(ids, "$"))) if delete_other_partitions else keep
 
 
 def _concat(kept: pa.Table, upserted: pa.Table, max_chunks: int = 64) -> pa.Table:
@@ -342,13 +351,14 @@ def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
             f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
             "mutating call? see SPEC-NOTES 6)"
         )
+    rows = ManifestStore.rows_of(ds)
     return NamespaceState(
         root=root,
         version=ds.version,
         metadata=metadata,
         schema=schema,
         specs=specs,
-        manifest=ManifestStore.rows_of(ds),
+        rows_source=lambda: rows,
     )
 
 
