@@ -21,8 +21,9 @@ from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFo
 from partitioning.history import Operation
 from partitioning.locations import object_id_from_location, spec_id_of
 from partitioning.manifest import ManifestStore, partition_column
-from partitioning.state import ManifestHandle, NamespaceState, TableCommit, state_after_merge
+from partitioning.state import ManifestHandle, NamespaceState, TableCommit, state_after_merge, state_after_rewrite
 from partitioning.transforms import canonical_float
+from partitioning.upkeep import fold_merge, maybe_compact_manifest
 
 __all__ = [
     "DEFAULT_COMMIT_RETRIES",
@@ -58,7 +59,7 @@ def merge_manifest_rows(
 ) -> int:
     """:meth:`ManifestStore.merge_rows` recording ``operation`` in the commit's Lance
     transaction properties (:mod:`partitioning.history`). Returns the new version."""
-    return store.merge_rows(
+    committed = store.merge_rows_committed(
         base,
         rows,
         delete_other_partitions=delete_other_partitions,
@@ -66,6 +67,8 @@ def merge_manifest_rows(
         delete_others=delete_others,
         transaction_properties=operation.properties() if operation is not None else None,
     )
+    maybe_compact_manifest(committed, storage_options=store.storage_options)
+    return int(committed.version)
 
 
 def commit_metadata(
@@ -119,14 +122,14 @@ def commit_once(
     rows = commit_rows(state, commits, base.schema.names)
     rows.extend(lock_rows(state, spec_ids, write_id))
     table = pa.Table.from_pylist(rows, schema=base.schema)
-    committed = ns._store.merge_rows_committed(
-        base,
-        table,
-        delete_other_partitions=replace_all,
-        transaction_properties=operation.properties() if operation is not None else None,
-    )
+    props = operation.properties() if operation is not None else None
+    committed = None if replace_all else fold_merge(base, table, transaction_properties=props)
+    if committed is None:
+        committed = ns._store.merge_rows_committed(
+            base, table, delete_other_partitions=replace_all, transaction_properties=props
+        )
     ns._state = state_after_merge(state, committed, table, delete_other_partitions=replace_all)
-    return ns._state.version
+    return _upkeep(ns, committed)
 
 
 def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
@@ -148,14 +151,22 @@ def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: O
     base = ns._store.dataset(state.version)
     rows = pa.Table.from_pylist(lock_rows(state, spec_ids, None), schema=base.schema)
     deleted = sorted(doomed | empty)
-    committed = ns._store.merge_rows_committed(
-        base,
-        rows,
-        delete_ids=deleted,
-        transaction_properties=operation.properties() if operation is not None else None,
-    )
+    props = operation.properties() if operation is not None else None
+    committed = fold_merge(base, rows, delete_ids=deleted, transaction_properties=props)
+    if committed is None:
+        committed = ns._store.merge_rows_committed(base, rows, delete_ids=deleted, transaction_properties=props)
     ns._state = state_after_merge(state, committed, rows, delete_ids=deleted)
-    return ns._state.version
+    return _upkeep(ns, committed)
+
+
+def _upkeep(ns: ManifestHandle, committed: lance.LanceDataset) -> int:
+    """The version ``committed`` (the caller's commit), after compacting ``__manifest`` if it is due
+    (:func:`partitioning.upkeep.maybe_compact_manifest`; it never fails the commit)."""
+    version = int(committed.version)
+    done = maybe_compact_manifest(committed, storage_options=ns._store.storage_options)
+    if done is not None:
+        ns._state = state_after_rewrite(ns._state, done.dataset)
+    return version
 
 
 def committed_write_ids(state: NamespaceState) -> set[str]:

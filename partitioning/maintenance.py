@@ -62,6 +62,7 @@ from partitioning.tables import (
     restore_as_latest,
 )
 from partitioning.timezones import as_utc
+from partitioning.upkeep import compact_manifest
 
 __all__ = [
     "CompactionResult",
@@ -732,25 +733,25 @@ def _cleanup_versions(
 def optimize_manifest(
     root: str | PartitionedNamespace, *, storage_options: Mapping[str, str] | None = None
 ) -> MaintenanceReport:
-    """Compact the ``__manifest`` table's own fragments; rows are unchanged.
+    """Compact the ``__manifest`` table's own fragments now; rows are unchanged.
 
-    Lance's compaction commits a fragment-id reservation, then the rewrite, so the
-    manifest gains two versions; neither changes what a reader sees.
+    Commits also do this by themselves when it is due (:mod:`partitioning.upkeep`). The
+    compaction is one ``__manifest`` version recording ``OPTIMIZE_MANIFEST`` (``trigger``
+    ``user``); a concurrent commit that wins the race makes it raise
+    :class:`ConcurrentModification` with nothing changed.
     """
     ns = _namespace(root, storage_options)
     opts = dict(ns.storage_options) if ns.storage_options else None
-    with translate_lance_errors(f"compact {ns.root}/{MANIFEST_DIR}"):
-        ds = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
-        before = len(ds.get_fragments())
-        ds.optimize.compact_files()
-        after_ds = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
+    ds = ns._store.dataset()
+    before = len(ds.get_fragments())
+    done = compact_manifest(ds, trigger="user", storage_options=opts)
     ns.refresh()
     return MaintenanceReport(
         "optimize_manifest",
         ns.root,
         ns.manifest_version,
         fragments_before=before,
-        fragments_after=len(after_ds.get_fragments()),
+        fragments_after=done.fragments_after if done is not None else before,
     )
 
 

@@ -8,6 +8,7 @@ opens a table at the version its row selects.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections import OrderedDict
@@ -41,6 +42,7 @@ __all__ = [
     "open_partition_table",
     "read_state",
     "state_after_merge",
+    "state_after_rewrite",
 ]
 
 _SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
@@ -252,10 +254,7 @@ def read_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
             _cache.move_to_end(key)
             return state
     state = _decode_state(ds, root)
-    with _cache_lock:
-        _cache[key] = state
-        while len(_cache) > STATE_CACHE_SIZE:
-            _cache.popitem(last=False)
+    _remember(key, state)
     return state
 
 
@@ -290,12 +289,25 @@ def state_after_merge(
             state.manifest.filter(_kept(state.manifest, gone, delete_other_partitions)), upserted
         ),
     )
-    key = _version_key(committed, state.root)
+    _remember(_version_key(committed, state.root), derived)
+    return derived
+
+
+def state_after_rewrite(state: NamespaceState, committed: lance.LanceDataset) -> NamespaceState:
+    """The state of ``committed``, a version that rewrote ``state``'s rows without changing them
+    (a ``__manifest`` compaction): the same rows when it is the very next version, else read."""
+    if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
+        return read_state(committed, state.root)
+    same = dataclasses.replace(state, version=committed.version, rows_source=lambda: state.manifest)
+    _remember(_version_key(committed, state.root), same)
+    return same
+
+
+def _remember(key: Hashable, state: NamespaceState) -> None:
     with _cache_lock:
-        _cache[key] = derived
+        _cache[key] = state
         while len(_cache) > STATE_CACHE_SIZE:
             _cache.popitem(last=False)
-    return derived
 
 
 def _kept(manifest: pa.Table, gone: pa.Array, delete_other_partitions: bool) -> pa.Array:

@@ -34,6 +34,7 @@ from partitioning.maintenance import (
     rewrite,
     vacuum,
 )
+from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionTable
 from partitioning.tables import commit_version, write_new_fragments
 from partitioning.write import write_table
@@ -535,6 +536,11 @@ def test_optimize_manifest_compacts_the_manifest_and_keeps_every_row(tmp_path):
     for row in rows:
         _write(ns, [row])
     _write(ns, [(100, "c00", 100)])
+    store = ManifestStore(root)
+    tables = store.dataset().to_table(filter="object_type = 'table'").column("object_id").to_pylist()
+    for object_id in tables[:12]:  # one table row rewritten per commit, without upkeep (as another client's)
+        ds = store.dataset()
+        store.merge_rows(ds, ds.to_table(filter=f"object_id = '{object_id}'"))
     before_fragments = len(_manifest(root).get_fragments())
     assert before_fragments >= 12
     ns.refresh()
