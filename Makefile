@@ -10,7 +10,7 @@ QUIET_JVM := 2> >(grep -v --line-buffered '^WARNING: Using incubator modules: jd
 SUBMIT := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
 	--master local[2] --properties-file spark-conf/spark-defaults.conf
 
-.PHONY: setup run test test-slow lint bench clean java
+.PHONY: setup run test test-slow lint bench bench-slow clean java
 
 setup: $(STAMP)
 
@@ -46,7 +46,10 @@ lint: $(STAMP)
 	$(PY) -m mypy partitioning
 
 bench: $(STAMP)
-	$(PY) -m pytest -q -m bench benchmarks -s -p no:cacheprovider
+	$(PY) -m pytest -q -m "bench and not slow" benchmarks -s -p no:cacheprovider
+
+bench-slow: $(STAMP)
+	$(PY) -m pytest -q -m "bench and slow" benchmarks -s -p no:cacheprovider
 
 clean:
 	rm -rf warehouse .pytest_cache .mypy_cache .ruff_cache
