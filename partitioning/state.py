@@ -285,8 +285,8 @@ def state_after_merge(
         metadata=state.metadata,
         schema=state.schema,
         specs=state.specs,
-        rows_source=lambda: _concat(
-            state.manifest.filter(_kept(state.manifest, gone, delete_other_partitions)), upserted
+        rows_source=_Once(
+            lambda: _concat(state.manifest.filter(_kept(state.manifest, gone, delete_other_partitions)), upserted)
         ),
     )
     _remember(_version_key(committed, state.root), derived)
@@ -298,9 +298,23 @@ def state_after_rewrite(state: NamespaceState, committed: lance.LanceDataset) ->
     (a ``__manifest`` compaction): the same rows when it is the very next version, else read."""
     if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
         return read_state(committed, state.root)
-    same = dataclasses.replace(state, version=committed.version, rows_source=lambda: state.manifest)
+    same = dataclasses.replace(state, version=committed.version, rows_source=_Once(lambda: state.manifest))
     _remember(_version_key(committed, state.root), same)
     return same
+
+
+class _Once:
+    """A thunk run once, then forgotten, so a derived state does not keep its base alive."""
+
+    def __init__(self, fn: Callable[[], pa.Table]) -> None:
+        self._fn: Callable[[], pa.Table] | None = fn
+        self._value: pa.Table | None = None
+
+    def __call__(self) -> pa.Table:
+        if self._fn is not None:
+            self._value, self._fn = self._fn(), None
+        assert self._value is not None
+        return self._value
 
 
 def _remember(key: Hashable, state: NamespaceState) -> None:

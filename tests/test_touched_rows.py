@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import gc
 import math
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.commits import MAX_PARTITION_VALUE_BYTES
 from partitioning.errors import InvalidInput
+from partitioning.state import clear_state_cache
 from partitioning.write import write_table
 
 SCHEMA = pa.schema([("day", pa.date32()), ("country", pa.string()), ("v", pa.int64())])
@@ -94,6 +97,18 @@ def test_a_commit_after_another_writers_commit_reads_the_manifest_back(tmp_path:
     fresh = PartitionedNamespace.load(ns.root)
     assert _count(fresh, START, "C0") == 5
     assert _count(fresh, START + dt.timedelta(days=200), "C0") == 4
+
+
+def test_a_long_running_writer_does_not_keep_every_older_manifest(tmp_path: Path) -> None:
+    """Each commit's state is derived from the one before; once computed it must let that one go."""
+    ns = _wide(tmp_path, 20)
+    first = weakref.ref(ns._state)
+    for i in range(4):
+        write_table(ns, _data(START + dt.timedelta(days=300 + i), "C0", 1))
+    clear_state_cache()
+    gc.collect()
+    assert first() is None
+    assert _rows(ns._state.manifest) == _manifest(ns.root)
 
 
 # -- lookups match a brute-force scan of the manifest, for every partition value type -------------------
