@@ -56,7 +56,7 @@ from partitioning.errors import (
     translate_lance_errors,
 )
 from partitioning.history import Operation
-from partitioning.manifest import ManifestStore, join_uri
+from partitioning.manifest import ManifestStore, contained, join_uri
 from partitioning.storage import filesystem_of, normalize_storage_options
 
 __all__ = [
@@ -268,12 +268,13 @@ def _live_rows(fragment: Any) -> int:
 
 
 def _remove_files(uri: str, fragments: Sequence[Any], storage_options: Mapping[str, str] | None) -> None:
-    """Best effort: the data files written for a compaction that was not committed."""
+    """Best effort: the data files written for a compaction that was not committed, each
+    checked to lie inside ``__manifest`` (so inside the root) before it is deleted."""
     data = join_uri(uri, "data")
     for fragment in fragments:
         for f in fragment.files:
             try:
-                fs, path = filesystem_of(join_uri(data, f.path), storage_options)
-                fs.delete_file(path)
-            except (OSError, ValueError) as exc:
+                fs, path = filesystem_of(contained(uri, join_uri(data, f.path)), storage_options)
+                fs.delete_file(path)  # inside-root: contained() above
+            except (OSError, ValueError, PartitioningError) as exc:
                 logger.debug("could not remove %s/%s: %s", data, f.path, first_line(exc))
