@@ -59,7 +59,7 @@ def merge_manifest_rows(
 ) -> int:
     """:meth:`ManifestStore.merge_rows` recording ``operation`` in the commit's Lance
     transaction properties (:mod:`partitioning.history`). Returns the new version."""
-    committed = store.merge_rows_committed(
+    committed = store.merge_rows(
         base,
         rows,
         delete_other_partitions=delete_other_partitions,
@@ -122,14 +122,7 @@ def commit_once(
     rows = commit_rows(state, commits, base.schema.names)
     rows.extend(lock_rows(state, spec_ids, write_id))
     table = pa.Table.from_pylist(rows, schema=base.schema)
-    props = operation.properties() if operation is not None else None
-    committed = None if replace_all else fold_merge(base, table, transaction_properties=props)
-    if committed is None:
-        committed = ns._store.merge_rows_committed(
-            base, table, delete_other_partitions=replace_all, transaction_properties=props
-        )
-    ns._state = state_after_merge(state, committed, table, delete_other_partitions=replace_all)
-    return _upkeep(ns, committed)
+    return _commit(ns, base, table, operation, replace_all=replace_all)
 
 
 def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
@@ -150,18 +143,30 @@ def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: O
     spec_ids = {tables[oid] for oid in doomed} or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
     rows = pa.Table.from_pylist(lock_rows(state, spec_ids, None), schema=base.schema)
-    deleted = sorted(doomed | empty)
+    return _commit(ns, base, rows, operation, delete_ids=sorted(doomed | empty))
+
+
+def _commit(
+    ns: ManifestHandle,
+    base: lance.LanceDataset,
+    rows: pa.Table,
+    operation: Operation | None,
+    *,
+    replace_all: bool = False,
+    delete_ids: Sequence[str] = (),
+) -> int:
+    """Commit ``rows`` on ``base`` (folded when small, :func:`partitioning.upkeep.fold_merge`,
+    else Lance's ``merge_insert``), take the new state from ``ns``'s, then compact
+    ``__manifest`` if it is due (which never fails the commit). Returns the commit's version."""
     props = operation.properties() if operation is not None else None
-    committed = fold_merge(base, rows, delete_ids=deleted, transaction_properties=props)
+    committed = None if replace_all else fold_merge(base, rows, delete_ids=delete_ids, transaction_properties=props)
     if committed is None:
-        committed = ns._store.merge_rows_committed(base, rows, delete_ids=deleted, transaction_properties=props)
-    ns._state = state_after_merge(state, committed, rows, delete_ids=deleted)
-    return _upkeep(ns, committed)
-
-
-def _upkeep(ns: ManifestHandle, committed: lance.LanceDataset) -> int:
-    """The version ``committed`` (the caller's commit), after compacting ``__manifest`` if it is due
-    (:func:`partitioning.upkeep.maybe_compact_manifest`; it never fails the commit)."""
+        committed = ns._store.merge_rows(
+            base, rows, delete_other_partitions=replace_all, delete_ids=delete_ids, transaction_properties=props
+        )
+    ns._state = state_after_merge(
+        ns._state, committed, rows, delete_ids=delete_ids, delete_other_partitions=replace_all
+    )
     version = int(committed.version)
     done = maybe_compact_manifest(committed, storage_options=ns._store.storage_options)
     if done is not None:

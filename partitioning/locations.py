@@ -12,14 +12,11 @@ import hashlib
 import hmac
 import re
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from partitioning.errors import InvalidInput
-from partitioning.manifest import partition_column
-from partitioning.spec import PartitionSpec
-from partitioning.transforms import canonical_float
 
 __all__ = [
     "BOUNDED_TABLE_DIR_RE",
@@ -29,7 +26,6 @@ __all__ = [
     "PartitionKey",
     "keyed_hex",
     "keyed_namespace_name",
-    "namespace_index",
     "object_id_from_location",
     "spec_id_of",
     "table_directory",
@@ -112,19 +108,6 @@ class LocationPlanner:
 
     def location(self, key: PartitionKey) -> str:
         return self.place(key)[1]
-
-
-def namespace_index(rows: Iterable[Mapping[str, Any]], spec: PartitionSpec) -> dict[tuple[str, PartitionKey], str]:
-    """The partition namespaces of ``spec`` among manifest ``rows``: ``(parent id, key prefix) -> name``."""
-    index = {}
-    for row in rows:
-        parts = row["object_id"].split("$")
-        if row["object_type"] != "namespace" or parts[0] != f"v{spec.spec_id}" or len(parts) < 2:
-            continue
-        level = len(parts) - 1
-        prefix = tuple(canonical_float(row.get(partition_column(f.field_id))) for f in spec.fields[:level])
-        index[("$".join(parts[:-1]), prefix)] = parts[-1]
-    return index
 
 
 def spec_id_of(object_id: str) -> int:

@@ -101,7 +101,7 @@ def namespace_rows(
     manifest: pa.Table, spec: PartitionSpec, keys: Collection[PartitionKey] | None
 ) -> dict[tuple[str, PartitionKey], str]:
     """The partition namespaces of ``spec`` above any of ``keys`` (None: every one):
-    ``(parent id, key prefix) -> name``, as :func:`partitioning.locations.namespace_index`."""
+    ``(parent id, key prefix) -> name``, the names :class:`partitioning.locations.LocationPlanner` reuses."""
     if not spec.fields or (keys is not None and not keys):
         return {}
     columns = [partition_column(f.field_id) for f in spec.fields]

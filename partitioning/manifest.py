@@ -351,28 +351,6 @@ class ManifestStore:
         delete_ids: Sequence[str] = (),
         delete_others: bool = False,
         transaction_properties: Mapping[str, str] | None = None,
-    ) -> int:
-        """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version, carrying
-        ``transaction_properties``; returns the new version (:meth:`merge_rows_committed`)."""
-        committed = self.merge_rows_committed(
-            ds,
-            rows,
-            delete_other_partitions=delete_other_partitions,
-            delete_ids=delete_ids,
-            delete_others=delete_others,
-            transaction_properties=transaction_properties,
-        )
-        return int(committed.version)
-
-    def merge_rows_committed(
-        self,
-        ds: lance.LanceDataset,
-        rows: pa.Table,
-        *,
-        delete_other_partitions: bool = False,
-        delete_ids: Sequence[str] = (),
-        delete_others: bool = False,
-        transaction_properties: Mapping[str, str] | None = None,
     ) -> lance.LanceDataset:
         """Upsert rows by ``object_id`` in ONE commit based on ``ds``'s version, carrying
         ``transaction_properties``; returns the committed version, opened.

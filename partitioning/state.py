@@ -274,33 +274,41 @@ def state_after_merge(
     derived here in Arrow instead of read back. Otherwise the version is read. Either
     way the result is cached like :func:`read_state`'s.
     """
-    if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
-        return read_state(committed, state.root)
-    schema = state.manifest.schema
-    upserted = rows.select(schema.names).cast(schema)
-    gone = pa.array(sorted({*upserted.column("object_id").to_pylist(), *delete_ids}), pa.string())
-    derived = NamespaceState(
-        root=state.root,
-        version=committed.version,
-        metadata=state.metadata,
-        schema=state.schema,
-        specs=state.specs,
-        rows_source=_Once(
-            lambda: _concat(state.manifest.filter(_kept(state.manifest, gone, delete_other_partitions)), upserted)
-        ),
-    )
-    _remember(_version_key(committed, state.root), derived)
-    return derived
+    deleted = tuple(delete_ids)
+    return _successor(state, committed, lambda: _merged(state.manifest, rows, deleted, delete_other_partitions))
 
 
 def state_after_rewrite(state: NamespaceState, committed: lance.LanceDataset) -> NamespaceState:
     """The state of ``committed``, a version that rewrote ``state``'s rows without changing them
     (a ``__manifest`` compaction): the same rows when it is the very next version, else read."""
+    return _successor(state, committed, lambda: state.manifest)
+
+
+def _successor(state: NamespaceState, committed: lance.LanceDataset, rows: Callable[[], pa.Table]) -> NamespaceState:
+    """``committed``'s state with ``rows`` (run on first use) when it is the very next version with
+    the same properties, so that nothing else can have been committed in between; else read.
+    Cached like :func:`read_state`'s."""
     if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
         return read_state(committed, state.root)
-    same = dataclasses.replace(state, version=committed.version, rows_source=_Once(lambda: state.manifest))
-    _remember(_version_key(committed, state.root), same)
-    return same
+    successor = dataclasses.replace(state, version=committed.version, rows_source=_Once(rows))
+    _remember(_version_key(committed, state.root), successor)
+    return successor
+
+
+def _merged(manifest: pa.Table, rows: pa.Table, delete_ids: Sequence[str], delete_other_partitions: bool) -> pa.Table:
+    """``manifest`` with ``rows`` upserted by ``object_id`` and ``delete_ids`` (or, with
+    ``delete_other_partitions``, every partition row not in ``rows``) removed, as Lance's merge leaves it."""
+    upserted = rows.select(manifest.schema.names).cast(manifest.schema)
+    gone = pa.array(sorted({*upserted.column("object_id").to_pylist(), *delete_ids}), pa.string())
+    ids = manifest.column("object_id")
+    keep = pc.invert(pc.is_in(ids, value_set=gone))
+    if delete_other_partitions:
+        keep = pc.and_(keep, pc.invert(pc.match_substring(ids, "$")))
+    out = pa.concat_tables([manifest.filter(keep), upserted])
+    return out.combine_chunks() if out.column(0).num_chunks > _MAX_CHUNKS else out
+
+
+_MAX_CHUNKS = 64  # many commits in one process: copy once the chunks pile up
 
 
 class _Once:
@@ -322,18 +330,6 @@ def _remember(key: Hashable, state: NamespaceState) -> None:
         _cache[key] = state
         while len(_cache) > STATE_CACHE_SIZE:
             _cache.popitem(last=False)
-
-
-def _kept(manifest: pa.Table, gone: pa.Array, delete_other_partitions: bool) -> pa.Array:
-    ids = manifest.column("object_id")
-    keep = pc.invert(pc.is_in(ids, value_set=gone))
-    return pc.and_(keep, pc.invert(pc.match_substring(ids, "$"))) if delete_other_partitions else keep
-
-
-def _concat(kept: pa.Table, upserted: pa.Table, max_chunks: int = 64) -> pa.Table:
-    """``kept`` then ``upserted``, without copying until the chunks pile up (many commits in one process)."""
-    out = pa.concat_tables([kept, upserted])
-    return out.combine_chunks() if out.column(0).num_chunks > max_chunks else out
 
 
 def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:

@@ -97,7 +97,7 @@ def maybe_compact_manifest(
     """Compact ``__manifest`` if :func:`needs_compaction`; the compaction committed, or None.
 
     Call it right after a successful ``__manifest`` commit with the dataset that commit
-    returned (``ManifestStore.merge_rows_committed``): the check then reads nothing. A
+    returned (``ManifestStore.merge_rows``): the check then reads nothing. A
     :class:`ManifestStore` or a root opens the latest version first; ``storage_options``
     (a dataset's) reach the files a lost compaction leaves. Never raises but for
     a bad ``every``: a lost race, a damaged or vanished manifest or any other failure is

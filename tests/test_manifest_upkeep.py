@@ -240,7 +240,7 @@ def test_fold_merge_writes_what_merge_insert_writes_in_two_fragments(tmp_path: P
         deleted = [ids[2], ids[-2]]
 
     committed = fold_merge(folded, upserts, delete_ids=deleted, transaction_properties={"x": "y"})
-    expected = store.merge_rows_committed(oracle, upserts, delete_ids=deleted)
+    expected = store.merge_rows(oracle, upserts, delete_ids=deleted)
 
     assert committed is not None
     assert committed.version == expected.version == folded.version + 1
