@@ -88,6 +88,8 @@ WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
 WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "overwrite_partitions", "error", "ignore")
 DEFAULT_MAX_ROWS_PER_FILE = 1_048_576
 PART_PREFIX = "__part_"
+# Rows a task gathers before splitting them by partition (see FragmentWriter.__call__).
+SPLIT_ROWS = 65_536
 # Dataset commits of one write run this many at a time (pylance releases the GIL).
 PARALLEL_COMMITS = 8
 # A message row with this column set reports rows a task refused ({column: count}, JSON)
@@ -146,6 +148,7 @@ class FragmentWriter:
     buffer_rows: int = DEFAULT_MAX_ROWS_PER_FILE
     max_open_writers: int = 1
     max_buffered_rows: int | None = None
+    derive_fields: tuple[PartitionField, ...] = ()
 
     @classmethod
     def for_namespace(
@@ -157,11 +160,14 @@ class FragmentWriter:
         max_open_writers: int = 1,
         max_buffered_rows: int | None = None,
         keys: Iterable[PartitionKey] | None = None,
+        derive_keys: bool = False,
     ) -> FragmentWriter:
         """A writer for the namespace's current spec, naming new partitions with a fresh seed.
 
         ``keys``: the partition keys the writer will see, when known (it then knows only
-        those partitions' locations, decoding only their manifest rows)."""
+        those partitions' locations, decoding only their manifest rows). ``derive_keys``:
+        the batches hold only the data columns, and the writer computes the partition
+        columns itself (:func:`add_partition_columns`)."""
         spec = ns.current_spec
         schema = ns.namespace_schema
         return cls(
@@ -175,6 +181,7 @@ class FragmentWriter:
             buffer_rows=max_rows_per_file,
             max_open_writers=max_open_writers,
             max_buffered_rows=max_buffered_rows,
+            derive_fields=tuple(spec.fields) if derive_keys else (),
         )
 
     @property
@@ -192,22 +199,24 @@ class FragmentWriter:
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Fragments for ``batches``; once a vector of the wrong length is seen, the task
-        writes nothing more, counts the wrong rows to the end and reports them instead."""
+        writes nothing more, counts the wrong rows to the end and reports them instead.
+
+        Batches are split by partition a chunk of up to :data:`SPLIT_ROWS` rows at a
+        time (one sort and one ``take`` per chunk instead of per Arrow batch); a chunk is
+        at most ``buffer_rows`` and ``max_buffered_rows``, so a task holds at most twice
+        the budget."""
         buffers: OrderedDict[PartitionKey, _Buffer] = OrderedDict()
         rejected: dict[str, int] = {}
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
         buffered = 0
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            for name, dimension in self.vector_columns:
-                bad = wrong_lengths(batch.column(name), dimension) if name in batch.schema.names else 0
-                if bad:
-                    rejected[name] = rejected.get(name, 0) + bad
-            if rejected:
-                buffers.clear()
-                buffered = 0
-                continue
-            for key, part in self._split(pa.Table.from_batches([batch])):
+        chunk_rows = min(SPLIT_ROWS, self.buffer_rows, self.max_buffered_rows or SPLIT_ROWS)
+
+        def absorb(table: pa.Table) -> Iterator[pa.RecordBatch]:
+            nonlocal buffered
+            if self.derive_fields:
+                table = add_partition_columns(table, self.derive_fields, self.schema)
+            for key, part in self._split(table):
                 buf = buffers.pop(key, None) or _Buffer()
                 buf.add(part)
                 buffers[key] = buf
@@ -224,9 +233,28 @@ class FragmentWriter:
                     big = buffers.pop(big_key)
                     buffered -= big.rows
                     yield self._flush(big_key, big)
+
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            for name, dimension in self.vector_columns:
+                bad = wrong_lengths(batch.column(name), dimension) if name in batch.schema.names else 0
+                if bad:
+                    rejected[name] = rejected.get(name, 0) + bad
+            if rejected:
+                buffers.clear()
+                pending.clear()
+                continue
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= chunk_rows:
+                yield from absorb(pa.Table.from_batches(pending))
+                pending, pending_rows = [], 0
         if rejected:
             yield self._rejected(rejected)
             return
+        if pending:
+            yield from absorb(pa.Table.from_batches(pending))
         while buffers:
             key, buf = buffers.popitem(last=False)
             yield self._flush(key, buf)
@@ -273,7 +301,8 @@ class FragmentWriter:
 
     def _flush(self, key: PartitionKey, buf: _Buffer) -> pa.RecordBatch:
         check_partition_value_sizes([fid for fid, _ in self.part_fields], key)
-        data = pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]
+        # One contiguous chunk per column: Lance encodes it about a third faster than many small ones.
+        data = (pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]).combine_chunks()
         object_id, location = self.planner.place(key)
         kwargs: dict[str, Any] = {"max_rows_per_file": self.max_rows_per_file}
         if self.max_bytes_per_file is not None:

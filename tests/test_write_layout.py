@@ -7,9 +7,13 @@ Oracles: the input rows (ids from ``spark.range``), the per-task row counts Spar
 
 from __future__ import annotations
 
+import datetime
+import struct
 from collections import Counter
 from pathlib import Path
 
+import lance
+import mmh3
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
@@ -138,3 +142,45 @@ def test_batches_with_many_keys_and_nulls_are_split_exactly(tmp_path: Path):
     got = {(p.values["country"], p.values["n"]): ns.open_table(p).to_table()["id"].to_pylist() for p in ns.partitions()}
     assert {k: sorted(v) for k, v in got.items()} == expected
     assert result.fragments_written == len(expected) == 12
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["input-tasks", "shuffled"])
+def test_every_row_lands_in_its_own_partition_in_any_session_time_zone(spark: SparkSession, tmp_path: Path, cluster):
+    """Without a shuffle the input tasks compute the partition values themselves (Arrow
+    transforms); with one the JVM does. Either way, under a non-UTC session time zone,
+    every row read back with Lance lies in the partition of its own values (oracle: Python's
+    UTC calendar, ``mmh3`` for the bucket, slicing for truncate), NULL included."""
+    base = 1_735_689_600  # 2025-01-01T00:00Z
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+    try:
+        df = spark.range(3000, numPartitions=3).select(
+            "id",
+            F.timestamp_seconds(F.lit(base) + (F.col("id") * 7919) % (400 * 86_400) - 19_800).alias("ts"),
+            F.when(F.col("id") % 50 != 0, F.col("id") % 97).alias("u"),
+            F.when(F.col("id") % 40 != 1, F.concat(F.lit("s"), (F.col("id") % 3).cast("string"), F.lit("x"))).alias(
+                "s"
+            ),
+        )
+        spec = ["year(ts)", "month(ts)", "bucket[4](u)", "truncate[2](s)"]
+        result = write_partitioned(df, str(tmp_path / "ns"), partition_by=spec, cluster=cluster, max_open_writers=8)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+    assert result.rows_written == 3000
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    seen: list[int] = []
+    for p in ns.partitions():
+        rows = lance.dataset(p.uri, version=p.read_version).to_table().to_pylist()
+        for row in rows:
+            when = datetime.datetime.fromtimestamp(row["ts"].timestamp(), datetime.UTC)
+            u, s = row["u"], row["s"]
+            expected = {
+                "ts_year": when.year,
+                "ts_month": when.month,
+                "u_bucket": None if u is None else abs(mmh3.hash(struct.pack("<q", u), 0, signed=True)) % 4,
+                "s_trunc": None if s is None else s[:2],
+            }
+            assert p.values == expected, row
+        seen.extend(r["id"] for r in rows)
+    assert sorted(seen) == list(range(3000))
+    assert len(ns.partitions()) > 8  # more values than open writers: flushed and reopened
