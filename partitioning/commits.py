@@ -159,7 +159,13 @@ def _commit(
     else Lance's ``merge_insert``), take the new state from ``ns``'s, then compact
     ``__manifest`` if it is due (which never fails the commit). Returns the commit's version."""
     props = operation.properties() if operation is not None else None
-    committed = None if replace_all else fold_merge(base, rows, delete_ids=delete_ids, transaction_properties=props)
+    state = ns._state
+    known = state.addresses_of if state.version == base.version else None
+    committed = (
+        None
+        if replace_all
+        else fold_merge(base, rows, delete_ids=delete_ids, transaction_properties=props, addresses=known)
+    )
     if committed is None:
         committed = ns._store.merge_rows(
             base, rows, delete_other_partitions=replace_all, delete_ids=delete_ids, transaction_properties=props

@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 MANIFEST_DIR = "__manifest"
+# Lance's row address column (fragment id << 32 | offset), read with a version's rows.
+ROW_ADDRESS = "_rowaddr"
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = "partition_spec_v"
 PARTITION_COLUMN_PREFIX = "partition_field_"
@@ -310,9 +312,15 @@ class ManifestStore:
         return dict(ds.metadata or {})
 
     @staticmethod
-    def rows_of(ds: lance.LanceDataset, columns: list[str] | None = None, filter: str | None = None) -> pa.Table:
+    def rows_of(
+        ds: lance.LanceDataset,
+        columns: list[str] | None = None,
+        filter: str | None = None,
+        *,
+        with_row_address: bool = False,
+    ) -> pa.Table:
         with translate_lance_errors(f"read {ds.uri}"):
-            return ds.to_table(columns=columns, filter=filter)
+            return ds.to_table(columns=columns, filter=filter, with_row_address=with_row_address)
 
     # -- writes ----------------------------------------------------------------------------
     def add_partition_columns(self, columns: Mapping[str, pa.DataType]) -> None:

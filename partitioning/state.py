@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
 from partitioning.locations import PartitionKey, spec_id_of
 from partitioning.lookup import namespace_rows, rows_by_id, table_rows_for_keys
-from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
+from partitioning.manifest import ROW_ADDRESS, SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
 from partitioning.scan import table_rows_by_spec
 from partitioning.schema import NamespaceSchema, field_id_of
 from partitioning.spec import PartitionSpec
@@ -98,10 +98,22 @@ class NamespaceState:
     schema: NamespaceSchema
     specs: dict[int, PartitionSpec]
     rows_source: Callable[[], pa.Table] = field(repr=False, compare=False)
+    row_addresses: pa.Array | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def manifest(self) -> pa.Table:
         return self.rows_source()
+
+    def addresses_of(self, object_ids: Iterable[str]) -> dict[str, int] | None:
+        """The Lance row address (``_rowaddr``) in version :attr:`version` of each row with
+        one of these ids (ids not in the version are left out); None for a state that was
+        derived from the one before rather than read (its addresses are not known)."""
+        if self.row_addresses is None:
+            return None
+        wanted = pa.array(sorted(set(object_ids)), pa.string())
+        mask = pc.is_in(self.manifest.column("object_id"), value_set=wanted)
+        ids = self.manifest.column("object_id").filter(mask).to_pylist()
+        return dict(zip(ids, self.row_addresses.filter(mask).to_pylist(), strict=True))
 
     @property
     def current_spec(self) -> PartitionSpec:
@@ -290,7 +302,8 @@ def _successor(state: NamespaceState, committed: lance.LanceDataset, rows: Calla
     Cached like :func:`read_state`'s."""
     if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
         return read_state(committed, state.root)
-    successor = dataclasses.replace(state, version=committed.version, rows_source=_Once(rows))
+    # A derived version's rows sit at other addresses (folded, compacted): not known.
+    successor = dataclasses.replace(state, version=committed.version, rows_source=_Once(rows), row_addresses=None)
     _remember(_version_key(committed, state.root), successor)
     return successor
 
@@ -373,7 +386,8 @@ def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
             f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
             "mutating call? see SPEC-NOTES 6)"
         )
-    rows = ManifestStore.rows_of(ds)
+    read = ManifestStore.rows_of(ds, with_row_address=True)
+    rows = read.drop_columns([ROW_ADDRESS])
     return NamespaceState(
         root=root,
         version=ds.version,
@@ -381,6 +395,7 @@ def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
         schema=schema,
         specs=specs,
         rows_source=lambda: rows,
+        row_addresses=read.column(ROW_ADDRESS).combine_chunks(),
     )
 
 

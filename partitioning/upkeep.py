@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,7 @@ from partitioning.errors import (
     translate_lance_errors,
 )
 from partitioning.history import Operation
-from partitioning.manifest import ManifestStore, contained, join_uri
+from partitioning.manifest import ROW_ADDRESS, ManifestStore, contained, join_uri
 from partitioning.storage import filesystem_of, normalize_storage_options
 
 __all__ = [
@@ -184,6 +184,7 @@ def fold_merge(
     delete_ids: Sequence[str] = (),
     transaction_properties: Mapping[str, str] | None = None,
     max_rows: int = FOLD_MAX_ROWS,
+    addresses: Callable[[Sequence[str]], Mapping[str, int] | None] | None = None,
 ) -> lance.LanceDataset | None:
     """Upsert ``rows`` by ``object_id`` and delete ``delete_ids`` in ONE commit on ``ds``'s
     version, folding the fragments after the base into the commit's new fragment; the
@@ -195,6 +196,11 @@ def fold_merge(
     ``when_not_matched_by_source_delete`` of ``delete_ids``). The commit is one Lance ``Update``
     that removes the folded fragments, so a commit made since ``ds`` that changed them or the
     base rows raises :class:`ConcurrentModification`, exactly as ``merge_insert``'s does.
+
+    ``addresses`` maps object ids to their Lance row addresses in ``ds``'s version (ids not
+    there left out), or returns None when it does not know them: the base rows are then
+    deleted by address, a lookup instead of a scan of the base fragment, after checking
+    that those addresses hold exactly those ids.
     """
     upserts = rows.select(ds.schema.names).cast(ds.schema)
     ids = upserts.column("object_id")
@@ -214,9 +220,14 @@ def fold_merge(
         new = write_fragments(folded, ds, schema=ds.schema, data_storage_version=version) if len(folded) else []
         removed, updated = [f.fragment_id for f in tail], []
         if len(gone):
-            predicate = "object_id IN (" + ", ".join("'" + str(i).replace("'", "''") + "'" for i in gone) + ")"
+            predicates = _by_address(older, addresses(gone.to_pylist()) if addresses is not None else None)
+            if predicates is None:
+                by_id = "object_id IN (" + ", ".join("'" + str(i).replace("'", "''") + "'" for i in gone) + ")"
+                predicates = {f.fragment_id: by_id for f in older}
             for f in older:
-                meta = f.delete(predicate)
+                if f.fragment_id not in predicates:
+                    continue
+                meta = f.delete(predicates[f.fragment_id])
                 if meta is None:
                     removed.append(f.fragment_id)
                 elif meta.deletion_file != f.metadata.deletion_file:
@@ -226,6 +237,29 @@ def fold_merge(
         )
         txn = Transaction(ds.version, update, transaction_properties=dict(transaction_properties or {}))
         return lance.LanceDataset.commit(ds, txn, read_version=ds.version, max_retries=0)
+
+
+def _by_address(fragments: Sequence[Any], addresses: Mapping[str, int] | None) -> dict[int, str] | None:
+    """Per fragment of ``fragments`` holding some of ``addresses``, a predicate deleting
+    exactly those rows by ``_rowaddr``; None when the addresses are not known, or when one
+    of them does not hold its id (then the rows are found by id instead)."""
+    if addresses is None:
+        return None
+    wanted: dict[int, dict[int, str]] = {}
+    for object_id, address in addresses.items():
+        wanted.setdefault(address >> 32, {})[address] = object_id
+    out = {}
+    for f in fragments:
+        rows = wanted.get(f.fragment_id)
+        if not rows:
+            continue
+        predicate = f"_rowaddr IN ({', '.join(str(a) for a in sorted(rows))})"
+        found = f.to_table(columns=["object_id"], filter=predicate, with_row_address=True)
+        if dict(zip(found.column(ROW_ADDRESS).to_pylist(), found.column("object_id").to_pylist(), strict=True)) != rows:
+            logger.warning("__manifest row addresses do not hold the rows expected; finding them by id")
+            return None
+        out[f.fragment_id] = predicate
+    return out
 
 
 def _commit_rewrite(

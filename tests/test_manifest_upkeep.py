@@ -26,6 +26,7 @@ from partitioning.errors import ConcurrentModification, InvalidInput
 from partitioning.history import OPERATION_KEY, history_table
 from partitioning.maintenance import vacuum
 from partitioning.manifest import ManifestStore
+from partitioning.state import clear_state_cache
 from partitioning.upkeep import compact_manifest, fold_merge, maybe_compact_manifest, needs_compaction
 from partitioning.write import write_table
 
@@ -282,3 +283,78 @@ def test_two_folds_on_one_compacted_version_conflict(tmp_path: Path) -> None:
     latest = lance.dataset(folded.uri).to_table()
     assert pc.sum(pc.equal(latest.column("object_id"), "v1")).as_py() == 1
     assert lance.dataset(folded.uri).version == first.version
+
+
+# -- deleting base rows by row address ------------------------------------------------------------
+def _deletes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The predicates of every ``LanceFragment.delete`` call from now on."""
+    seen: list[str] = []
+    original = lance.fragment.LanceFragment.delete
+
+    def spy(self: Any, predicate: str) -> Any:
+        seen.append(predicate)
+        return original(self, predicate)
+
+    monkeypatch.setattr(lance.fragment.LanceFragment, "delete", spy)
+    return seen
+
+
+def _addresses(ds: lance.LanceDataset) -> dict[str, int]:
+    """Lance's own ``_rowaddr`` of every live row of ``ds``."""
+    t = ds.to_table(columns=["object_id"], with_row_address=True)
+    return dict(zip(t.column("object_id").to_pylist(), t.column("_rowaddr").to_pylist(), strict=True))
+
+
+@pytest.mark.parametrize("addresses", ["right", "swapped", "unknown"])
+def test_fold_merge_deletes_base_rows_by_address_only_when_they_hold_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, addresses: str
+) -> None:
+    """Given the addresses, the base rows go by ``_rowaddr`` (no scan); addresses that point
+    at other rows (another client's, a bug) are checked and the rows are found by id instead:
+    either way the result is Lance's own ``merge_insert`` row for row."""
+    folded, store, oracle = _twins(tmp_path)
+    compacted = compact_manifest(folded)
+    assert compacted is not None
+    base = compacted.dataset
+    oracle = lance.dataset(oracle.uri)
+    ids = _table_ids(base)
+    upserts = _changed(base, [ids[0], ids[-1], "v1"], 99)
+    deleted = [ids[2]]
+    known = _addresses(base)
+    if addresses == "swapped":
+        known[ids[0]], known[ids[5]] = known[ids[5]], known[ids[0]]
+    lookup = None if addresses == "unknown" else lambda wanted: {i: known[i] for i in wanted if i in known}
+    seen = _deletes(monkeypatch)
+
+    committed = fold_merge(base, upserts, delete_ids=deleted, addresses=lookup)
+    expected = store.merge_rows(oracle, upserts, delete_ids=deleted)
+
+    assert committed is not None
+    assert sorted(committed.to_table().to_pylist(), key=lambda r: r["object_id"]) == sorted(
+        expected.to_table().to_pylist(), key=lambda r: r["object_id"]
+    )
+    assert len(seen) == 1
+    assert seen[0].startswith("_rowaddr IN (" if addresses == "right" else "object_id IN (")
+
+
+def test_a_fresh_handle_folds_by_address_and_a_derived_state_by_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace loaded from ``__manifest`` knows its rows' addresses; the state a commit derives
+    does not (its rows moved) and must not pass the old ones on: the next commit on the same
+    handle deletes by id. Rows after both equal ``__manifest`` read with Lance, and counts the test's."""
+    root = _namespace(tmp_path)
+    compact_manifest(_manifest(root))
+    clear_state_cache()  # as in a new process: no state derived in this one
+    ns = PartitionedNamespace.load(root)
+    assert ns._state.row_addresses is not None
+    assert ns._state.addresses_of(["v1"]) == {"v1": _addresses(_manifest(root))["v1"]}
+    seen = _deletes(monkeypatch)
+
+    write_table(ns, _data([4, 9]))
+    assert ns._state.row_addresses is None
+    write_table(ns, _data([4, 11]))
+
+    assert [p.split(" ")[0] for p in seen] == ["_rowaddr", "object_id"]
+    assert sorted(ns._state.manifest.to_pylist(), key=lambda r: r["object_id"]) == _rows(root)
+    assert _counts(root) == Counter({**Counter(range(30)), 4: 3, 9: 2, 11: 2})
