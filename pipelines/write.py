@@ -28,8 +28,9 @@ from partitioning.leases import write_lease
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.schema import NamespaceSchema, check_widening
-from partitioning.spec import PartitionSpec, parse_partition_by
+from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
 from partitioning.tables import check_namespace_root, check_new_root
+from partitioning.transforms import BucketTransform, MultiBucketTransform
 from partitioning.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
     PART_PREFIX,
@@ -206,7 +207,8 @@ def write_partitioned(
     ``cluster`` repartitions by partition first, so each partition gets one fragment per
     task (a task buffers at most ``max_rows_per_file`` rows, flushing its largest
     partition beyond that), unless the first rows of the input tasks (100,000 in all)
-    hold at most ``max_open_writers`` partition values: then, as without ``cluster``,
+    hold at most ``max_open_writers`` partition values (not sampled when the spec cannot
+    produce more, e.g. ``bucket[16]``, and Spark estimates the input at 64 MiB or more): then, as without ``cluster``,
     no shuffle runs and every input task writes its own fragments, keeping at most
     ``max_open_writers`` partition buffers. A retried job with the same ``write_id``
     never adds its data twice. The driver holds a write lease under ``root`` (refreshed
@@ -315,7 +317,8 @@ def write_fragments(
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if cluster and names and plan_layout:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: plan the write ({label})"):
-            cluster = not _few_partitions(keyed, names, max_open_writers)
+            bound = _value_bound(current.fields, part_fields)
+            cluster = not _few_partitions(keyed, names, max_open_writers, bound)
     if cluster and names:
         # Each task holds the partitions hashed to it, unsorted: the writer buffers them all
         # (one fragment per partition per task) up to ``max_rows_per_file`` rows in total,
@@ -348,20 +351,44 @@ def write_fragments(
 # The first rows the layout decision looks at, and at most how many partition values they
 # may hold for the input tasks to write their own fragments instead of shuffling.
 SAMPLE_ROWS = 100_000
+# An input Spark estimates at least this large, written with a spec that cannot produce more
+# than ``max_open_writers`` values, is written by its input tasks without a sample.
+LARGE_INPUT_BYTES = 64 << 20
+_UNKNOWN_SIZE = (1 << 63) - 1  # Spark's estimate for what it cannot size (a Python list, an RDD)
 _MANY_WRITERS = 1 << 20
 
 
-def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: int) -> bool:
+def _value_bound(fields: Sequence[PartitionField], part_fields: Sequence[tuple[str, pa.DataType]]) -> int | None:
+    """How many partition values the spec can produce at most, NULL included, when every
+    field is bounded (``bucket[N]``: N + 1, a boolean: 3); None otherwise."""
+    bound = 1
+    for f, (_, result) in zip(fields, part_fields, strict=True):
+        if isinstance(f.transform, BucketTransform | MultiBucketTransform) and f.expression is None:
+            bound *= f.transform.num_buckets + 1
+        elif pa.types.is_boolean(result):
+            bound *= 3
+        else:
+            return None
+    return bound
+
+
+def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: int, bound: int | None) -> bool:
     """Whether the first :data:`SAMPLE_ROWS` rows (from every input task) hold at most
     ``max_open_writers`` partition values, with the data at least that large.
 
     Small data is clustered (one fragment per partition). Not sampled when ``keyed``'s
-    plan has a shuffle (the sample would run it once more) or cannot be inspected."""
+    plan has a shuffle (the sample would run it once more) or cannot be inspected, nor
+    when the spec cannot produce more than ``max_open_writers`` values (``bound``) and
+    Spark's estimate of the input is at least :data:`LARGE_INPUT_BYTES` (then it is few)."""
     if is_connect(keyed.sparkSession):
         return False
-    plan = str(keyed._jdf.queryExecution().executedPlan().toString())  # classic-only (guarded by is_connect)
-    if "Exchange" in plan:
+    execution = keyed._jdf.queryExecution()  # classic-only (guarded by is_connect)
+    if "Exchange" in str(execution.executedPlan().toString()):
         return False
+    if bound is not None and bound <= max_open_writers:
+        estimate = int(str(execution.optimizedPlan().stats().sizeInBytes()))
+        if LARGE_INPUT_BYTES <= estimate < _UNKNOWN_SIZE:
+            return True
     # One 64-bit hash per sampled row, counted on the driver: a single limit job, half the
     # time of a grouped count. A collision can only undercount the values, and the writer
     # still bounds its open partitions then.

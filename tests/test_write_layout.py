@@ -184,3 +184,47 @@ def test_every_row_lands_in_its_own_partition_in_any_session_time_zone(spark: Sp
         seen.extend(r["id"] for r in rows)
     assert sorted(seen) == list(range(3000))
     assert len(ns.partitions()) > 8  # more values than open writers: flushed and reopened
+
+
+def _fragments_per_partition(root: str) -> list[int]:
+    ns = PartitionedNamespace.load(root)
+    return sorted(len(ns.open_table(p).get_fragments()) for p in ns.partitions())
+
+
+@pytest.mark.parametrize(
+    ("spec", "source", "clustered"),
+    [
+        (["bucket[4](id)"], "range", False),  # at most 5 values and an input Spark sizes: no sample
+        (["bucket[4](id)", "flag"], "range", False),  # 5 x 3 = 15 values
+        (["bucket[40](id)"], "range", True),  # 41 values may be more than 32 open writers: sampled
+        (["country"], "range", True),  # unbounded: sampled
+        (["bucket[4](id)"], "python list", True),  # an input Spark cannot size: sampled
+    ],
+)
+def test_a_bounded_spec_over_a_large_input_skips_the_sample(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec, source, clustered
+):
+    """The sample is made to answer "cluster" whenever it runs (it would need more rows than
+    there are); so one fragment per partition means it ran, one per input task means it did not."""
+    monkeypatch.setattr(pw, "SAMPLE_ROWS", 2**31 - 1)
+    monkeypatch.setattr(pw, "LARGE_INPUT_BYTES", 1)
+    rows = 3000
+    if source == "range":
+        base = spark.range(rows, numPartitions=3)
+    else:
+        base = spark.sparkContext.parallelize([(i,) for i in range(rows)], 3).toDF(["id"])
+    country = F.element_at(F.array(*map(F.lit, "ABCD")), (F.col("id") % 4 + 1).cast("int"))
+    df = base.select("id", (F.col("id") % 2 == 0).alias("flag"), country.alias("country"))
+    result = write_partitioned(df, str(tmp_path / "ns"), partition_by=spec)
+    assert result.rows_written == rows
+    per_partition = _fragments_per_partition(str(tmp_path / "ns"))
+    if clustered:
+        assert per_partition == [1] * len(per_partition)
+    else:
+        assert per_partition == [3] * len(per_partition)
+    assert _ids_of(str(tmp_path / "ns")) == list(range(rows))
+
+
+def _ids_of(root: str) -> list[int]:
+    ns = PartitionedNamespace.load(root)
+    return sorted(i for p in ns.partitions() for i in ns.open_table(p).to_table().column("id").to_pylist())
