@@ -184,16 +184,37 @@ class NamespaceState:
         wanted = {tuple(canonical_float(v) for v in k) for k in keys}
         if "by_key" in self.__dict__:
             return {k: t for k in wanted if (t := self.by_key.get((spec_id, k))) is not None}
-        spec = self.spec(spec_id)
-        source = self.table_rows[spec_id] if "table_rows" in self.__dict__ else self.manifest
-        rows = table_rows_for_keys(source, spec, wanted)
-        return {k: self._table(spec_id, row) for k, row in rows.items()}
+        found = self._found_tables
+        missing = {k for k in wanted if (spec_id, k) not in found}
+        if missing:
+            spec = self.spec(spec_id)
+            source = self.table_rows[spec_id] if "table_rows" in self.__dict__ else self.manifest
+            rows = table_rows_for_keys(source, spec, missing)
+            for k in missing:
+                found[(spec_id, k)] = self._table(spec_id, rows[k]) if k in rows else None
+        return {k: t for k in wanted if (t := found[(spec_id, k)]) is not None}
 
     def rows_for(self, object_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The manifest rows with these object ids (absent ids are left out), as dicts."""
+        wanted = set(object_ids)
         if "rows_by_id" in self.__dict__:
-            return {i: r for i in set(object_ids) if (r := self.rows_by_id.get(i)) is not None}
-        return rows_by_id(self.manifest, object_ids)
+            return {i: r for i in wanted if (r := self.rows_by_id.get(i)) is not None}
+        found = self._found_rows
+        missing = wanted - found.keys()
+        if missing:
+            rows = rows_by_id(self.manifest, missing)
+            for i in missing:
+                found[i] = rows.get(i)
+        return {i: dict(r) for i in wanted if (r := found[i]) is not None}
+
+    # What the lookups above found (None: absent), kept with this state (a successor starts empty).
+    @cached_property
+    def _found_tables(self) -> dict[tuple[int, PartitionKey], PartitionTable | None]:
+        return {}
+
+    @cached_property
+    def _found_rows(self) -> dict[str, dict[str, Any] | None]:
+        return {}
 
     def tables_by_id(self, object_ids: Iterable[str]) -> dict[str, PartitionTable]:
         """The partition tables (of known spec versions) with these object ids; only their rows are decoded."""
