@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -364,12 +365,12 @@ class NamespaceSchema:
     def field_ids(self) -> list[int]:
         return _all_ids(list(self.arrow))
 
-    @property
+    @cached_property
     def plain(self) -> pa.Schema:
         """The Arrow schema without field-id metadata."""
         return pa.schema([_strip(f) for f in self.arrow])
 
-    @property
+    @cached_property
     def dataset_arrow(self) -> pa.Schema:
         """What partition datasets are written with: plain types, each top-level column
         tagged with its namespace id under :data:`DATASET_FIELD_ID_KEY`."""

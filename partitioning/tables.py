@@ -233,13 +233,6 @@ def renumber(fragments: Sequence[FragmentMetadata], written: pa.Schema, target: 
     return out
 
 
-def _latest_or_none(uri: str, storage_options: Mapping[str, str] | None) -> lance.LanceDataset | None:
-    try:
-        return lance.dataset(uri, storage_options=dict(storage_options) if storage_options else None)
-    except ValueError:
-        return None
-
-
 def as_latest(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
     """The dataset with ``version``'s content as its latest version (restored if others followed)."""
     return restore_as_latest(uri, version, storage_options)[0]
@@ -476,15 +469,16 @@ def _overwrite(
     storage_options: Mapping[str, str] | None,
     attempts: int,
 ) -> int:
+    # No read version: an Overwrite replaces whatever a dataset there holds (a version an
+    # earlier attempt of this write committed), so there is nothing to look up first.
     last: ConcurrentModification | None = None
     for attempt in range(attempts):
-        latest = _latest_or_none(uri, storage_options)
         try:
             with translate_lance_errors(f"commit {uri}"):
                 ds = lance.LanceDataset.commit(
                     uri,
                     LanceOperation.Overwrite(schema, fragments),
-                    read_version=latest.version if latest is not None else None,
+                    read_version=None,
                     storage_options=dict(storage_options) if storage_options else None,
                     commit_message=COMMIT_MESSAGE,
                 )

@@ -184,7 +184,7 @@ class FragmentWriter:
             derive_fields=tuple(spec.fields) if derive_keys else (),
         )
 
-    @property
+    @cached_property
     def output_schema(self) -> pa.Schema:
         return message_schema(self.part_fields)
 
