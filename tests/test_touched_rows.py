@@ -205,3 +205,21 @@ def test_a_spark_write_with_a_partition_value_over_the_limit_fails_in_one_line(s
         write_partitioned(df, root, mode="append")
     assert "\n" not in str(info.value) and "'country'" in str(info.value) and "5,000 bytes" in str(info.value)
     assert PartitionedNamespace.load(root).partitions() == []
+
+
+def test_a_new_table_committed_again_by_a_retry_holds_the_retry_rows_once(tmp_path):
+    """A new partition's first commit needs no look at what is there: when a retried write
+    commits the same new location again, Lance's Overwrite makes the next version with
+    exactly the retry's fragments (read back with Lance at both versions)."""
+    from partitioning.schema import NamespaceSchema
+    from partitioning.tables import commit_version, write_new_fragments
+
+    arrow = pa.schema([("id", pa.int64()), ("c", pa.string())])
+    schema = NamespaceSchema.from_arrow(arrow)
+    uri = str(tmp_path / "t")
+    rows = pa.table({"id": [1, 2], "c": ["US", "US"]}, schema=arrow)
+    first = commit_version(uri, schema, write_new_fragments(rows, uri, schema), None)
+    again = commit_version(uri, schema, write_new_fragments(rows.slice(0, 1), uri, schema), None)
+    assert (first, again) == (1, 2)
+    assert lance.dataset(uri, version=1).to_table().column("id").to_pylist() == [1, 2]
+    assert lance.dataset(uri, version=2).to_table().column("id").to_pylist() == [1]
