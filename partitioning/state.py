@@ -113,6 +113,8 @@ class NamespaceState:
         wanted = pa.array(sorted(set(object_ids)), pa.string())
         mask = pc.is_in(self.manifest.column("object_id"), value_set=wanted)
         ids = self.manifest.column("object_id").filter(mask).to_pylist()
+        if len(ids) != len(set(ids)):
+            return None  # an id on several rows (another client's doing): found by id, every copy
         return dict(zip(ids, self.row_addresses.filter(mask).to_pylist(), strict=True))
 
     @property

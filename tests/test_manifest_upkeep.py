@@ -358,3 +358,30 @@ def test_a_fresh_handle_folds_by_address_and_a_derived_state_by_id(
     assert [p.split(" ")[0] for p in seen] == ["_rowaddr", "object_id"]
     assert sorted(ns._state.manifest.to_pylist(), key=lambda r: r["object_id"]) == _rows(root)
     assert _counts(root) == Counter({**Counter(range(30)), 4: 3, 9: 2, 11: 2})
+
+
+@pytest.mark.parametrize("where", ["base", "tail"])
+def test_a_row_another_client_duplicated_is_replaced_with_every_copy(tmp_path: Path, where: str) -> None:
+    """Two ``__manifest`` rows with one table's id (written with Lance by another client):
+    an append into that partition leaves exactly one row for it, as Lance's own
+    ``merge_insert`` on a copy of the same manifest does."""
+    root = _namespace(tmp_path)
+    compact_manifest(_manifest(root))
+    ds = _manifest(root)
+    target = _table_ids(ds)[3]
+    copy = ds.to_table(filter=f"object_id = '{target}'")
+    if where == "base":
+        merged = pa.concat_tables([ds.to_table(), copy])
+        lance.write_dataset(merged, ds.uri, mode="overwrite", schema=ds.schema)
+        compact_manifest(_manifest(root))
+    else:
+        lance.write_dataset(copy, ds.uri, mode="append")
+    ids = _manifest(root).to_table(columns=["object_id"]).column(0).to_pylist()
+    assert ids.count(target) == 2
+    clear_state_cache()
+    ns = PartitionedNamespace.load(root)
+    table = next(t for t in ns.partitions() if t.object_id == target)
+    write_table(ns, _data([table.values["k"]]))
+    after = _manifest(root).to_table(columns=["object_id"]).column(0).to_pylist()
+    assert after.count(target) == 1
+    assert sorted(after) == sorted(set(ids))
