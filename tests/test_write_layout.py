@@ -8,10 +8,14 @@ Oracles: the input rows (ids from ``spark.range``), the per-task row counts Spar
 from __future__ import annotations
 
 import datetime
+import math
 import struct
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import differential as gen
 import lance
 import mmh3
 import pyarrow as pa
@@ -20,7 +24,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import pipelines.write as pw
+from partitioning import NamespaceSchema, PartitionField, PartitionSpec
 from partitioning.namespace import PartitionedNamespace
+from partitioning.schema import field_id_of
 from partitioning.write import FragmentWriter, commit_write, part_column, write_table
 from pipelines.write import write_partitioned
 
@@ -228,3 +234,79 @@ def test_a_bounded_spec_over_a_large_input_skips_the_sample(
 def _ids_of(root: str) -> list[int]:
     ns = PartitionedNamespace.load(root)
     return sorted(i for p in ns.partitions() for i in ns.open_table(p).to_table().column("id").to_pylist())
+
+
+def _layout_rows(n: int) -> list[dict[str, Any]]:
+    """Every value the differential generator knows, cycled (a NULL every 7th row per column)."""
+
+    def pick(values: Sequence[Any], k: int, salt: int) -> Any:
+        return None if (k + salt) % 7 == 0 else values[(k * (salt + 1)) % len(values)]
+
+    instants = [b + datetime.timedelta(minutes=m) for b in gen._BASE_INSTANTS for m in (-61, -1, 0, 1, 59, 1441)]
+    out = []
+    for k in range(n):
+        ts = pick(instants, k, 1)
+        out.append(
+            {
+                "k": k,
+                "i": pick([0, 1, -1, 2, 7, 99, -(2**31), 2**31 - 1], k, 2),
+                "l": pick([0, 5, -5, 10, 19, 2**53 + 1, -(2**63), 2**63 - 1], k, 3),
+                "s": pick(gen._STRINGS, k, 4),
+                "d": pick([datetime.date(2025, 12, 31), datetime.date(2026, 1, 1), datetime.date(2025, 3, 9)], k, 5),
+                "ts": ts,
+                "ntz": None if ts is None else (ts + datetime.timedelta(hours=7 * (k % 2))).replace(tzinfo=None),
+                "f": pick(gen._FLOATS, k, 6),
+                "r": pick([0.0, -0.0, math.nan, 0.1, 1.5, -2.25, 16777217.0], k, 7),
+                "dec": pick(gen._DECIMALS, k, 8),
+                "dsm": pick(gen._SMALL_DECIMALS, k, 9),
+                "b": pick([True, False], k, 10),
+                "bin": pick([b"", b"\x00", b"\x03", b"ab", b"\xff\x00"], k, 11),
+            }
+        )
+    return out
+
+
+def _placement(root: str) -> dict[int, str]:
+    """Row ``k`` -> the values of the partition it was written to (read back with Lance)."""
+    ns = PartitionedNamespace.load(root)
+    out = {}
+    for p in ns.partitions():
+        for k in lance.dataset(p.uri, version=p.read_version).to_table(columns=["k"]).column("k").to_pylist():
+            out[k] = repr(sorted(p.values.items()))
+    return out
+
+
+@pytest.mark.parametrize("layout", sorted([*gen.LAYOUTS, *gen.EXPRESSION_LAYOUTS]))
+def test_input_tasks_place_every_row_where_the_shuffle_does(spark: SparkSession, tmp_path: Path, layout: str):
+    """Every transform kind (and an expression field), under a zone with DST and a 45-minute
+    offset: the input tasks' Arrow transforms (no shuffle) put each row into the partition
+    the JVM transforms (shuffle) put it into."""
+    ns_schema = NamespaceSchema.from_arrow(gen.ARROW)
+    if layout in gen.EXPRESSION_LAYOUTS:
+        fields = [
+            PartitionField(
+                f"e{n}",
+                [field_id_of(ns_schema.arrow.field(e["source"]))],
+                expression=e["expression"],
+                result_type=e["type"],
+            )
+            for n, e in enumerate(gen.EXPRESSION_LAYOUTS[layout])
+        ]
+        spec: PartitionSpec | list[str] = PartitionSpec(1, fields)
+    else:
+        spec = gen.LAYOUTS[layout]
+    rows = _layout_rows(120)
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Pacific/Chatham")
+    try:
+        df = spark.createDataFrame(gen.spark_rows(rows), gen.SPARK).repartition(3, "k")
+        placed = {}
+        for cluster in (False, True):
+            root = str(tmp_path / f"c{cluster}")
+            kwargs: dict[str, Any] = {"spec": spec} if isinstance(spec, PartitionSpec) else {"partition_by": spec}
+            write_partitioned(df, root, schema=gen.ARROW, cluster=cluster, **kwargs)
+            placed[cluster] = _placement(root)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+    assert sorted(placed[False]) == list(range(len(rows)))
+    assert placed[False] == placed[True]
