@@ -114,7 +114,7 @@ class PartitionedNamespace:
 
     def refresh(self) -> PartitionedNamespace:
         """Re-read the latest ``__manifest`` version."""
-        self._state = read_state(self._store.dataset(), self.root)
+        self._state = read_state(self._store.dataset(), self.root, previous=self._state)
         return self
 
     # -- properties ---------------------------------------------------------------------------

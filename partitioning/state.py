@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
 from partitioning.locations import PartitionKey, spec_id_of
 from partitioning.lookup import namespace_rows, rows_by_id, table_rows_for_keys
-from partitioning.manifest import ROW_ADDRESS, SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
+from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
+from partitioning.manifest_rows import ReadRows, read_rows
 from partitioning.scan import table_rows_by_spec
 from partitioning.schema import NamespaceSchema, field_id_of
 from partitioning.spec import PartitionSpec
@@ -98,11 +99,16 @@ class NamespaceState:
     schema: NamespaceSchema
     specs: dict[int, PartitionSpec]
     rows_source: Callable[[], pa.Table] = field(repr=False, compare=False)
-    row_addresses: pa.Array | None = field(default=None, repr=False, compare=False)
+    read: ReadRows | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def manifest(self) -> pa.Table:
         return self.rows_source()
+
+    @property
+    def row_addresses(self) -> pa.Array | None:
+        """Each manifest row's Lance address, when this state was read (not derived)."""
+        return self.read.addresses if self.read is not None else None
 
     def addresses_of(self, object_ids: Iterable[str]) -> dict[str, int] | None:
         """The Lance row address (``_rowaddr``) in version :attr:`version` of each row with
@@ -274,13 +280,15 @@ def clear_state_cache() -> None:
         _cache.clear()
 
 
-def read_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
+def read_state(ds: lance.LanceDataset, root: str, previous: NamespaceState | None = None) -> NamespaceState:
     """The state of the ``__manifest`` version ``ds``, checked (one line naming what is damaged).
 
     Which version is read is the caller's (``ds``, opened at the latest or a given version);
     only the decoding is cached: the last :data:`STATE_CACHE_SIZE` versions read that passed
     the checks are kept per content key (:func:`_version_key`), so loading a version again
-    costs no ``__manifest`` scan.
+    costs no ``__manifest`` scan. Given ``previous`` (an older version's state, read rather
+    than derived), only the fragments that changed since are read
+    (:func:`partitioning.manifest_rows.read_rows`).
     """
     key = _version_key(ds, root)
     with _cache_lock:
@@ -288,7 +296,7 @@ def read_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
         if state is not None:
             _cache.move_to_end(key)
             return state
-    state = _decode_state(ds, root)
+    state = _decode_state(ds, root, previous.read if previous is not None else None)
     _remember(key, state)
     return state
 
@@ -326,7 +334,7 @@ def _successor(state: NamespaceState, committed: lance.LanceDataset, rows: Calla
     if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
         return read_state(committed, state.root)
     # A derived version's rows sit at other addresses (folded, compacted): not known.
-    successor = dataclasses.replace(state, version=committed.version, rows_source=_Once(rows), row_addresses=None)
+    successor = dataclasses.replace(state, version=committed.version, rows_source=_Once(rows), read=None)
     _remember(_version_key(committed, state.root), successor)
     return successor
 
@@ -368,7 +376,7 @@ def _remember(key: Hashable, state: NamespaceState) -> None:
             _cache.popitem(last=False)
 
 
-def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
+def _decode_state(ds: lance.LanceDataset, root: str, previous: ReadRows | None = None) -> NamespaceState:
     metadata = ManifestStore.metadata_of(ds)
     spec_keys = {int(m.group(1)): k for k in metadata if (m := _SPEC_KEY_RE.match(k))}
     if not spec_keys:
@@ -409,16 +417,15 @@ def _decode_state(ds: lance.LanceDataset, root: str) -> NamespaceState:
             f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
             "mutating call? see SPEC-NOTES 6)"
         )
-    read = ManifestStore.rows_of(ds, with_row_address=True)
-    rows = read.drop_columns([ROW_ADDRESS])
+    read = read_rows(ds, previous)
     return NamespaceState(
         root=root,
         version=ds.version,
         metadata=metadata,
         schema=schema,
         specs=specs,
-        rows_source=lambda: rows,
-        row_addresses=read.column(ROW_ADDRESS).combine_chunks(),
+        rows_source=lambda: read.rows,
+        read=read,
     )
 
 
