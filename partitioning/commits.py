@@ -170,9 +170,7 @@ def _commit(
         committed = ns._store.merge_rows(
             base, rows, delete_other_partitions=replace_all, delete_ids=delete_ids, transaction_properties=props
         )
-    ns._state = state_after_merge(
-        ns._state, committed, rows, delete_ids=delete_ids, delete_other_partitions=replace_all
-    )
+    ns._state = state_after_merge(state, committed, rows, delete_ids=delete_ids, delete_other_partitions=replace_all)
     version = int(committed.version)
     done = maybe_compact_manifest(committed, storage_options=ns._store.storage_options)
     if done is not None:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from partitioning.errors import translate_lance_errors
 from partitioning.manifest import ROW_ADDRESS, ManifestStore
+from partitioning.tables import fragment_state
 
 __all__ = ["ReadRows", "read_rows"]
 
@@ -36,16 +37,11 @@ class ReadRows:
     fragments: Mapping[int, tuple[Any, ...]]
 
 
-def _fragment_state(fragment: Any) -> tuple[Any, ...]:
-    meta = fragment.metadata.to_json()
-    return (sorted(f["path"] for f in meta["files"]), meta.get("deletion_file"), meta.get("physical_rows"))
-
-
 def read_rows(ds: lance.LanceDataset, previous: ReadRows | None = None) -> ReadRows:
     """Every row of ``ds``'s version with its address; given ``previous`` (a read of an older
     version of the same ``__manifest`` with the same columns), only what changed is read."""
     fragments = ds.get_fragments()
-    states = {f.fragment_id: _fragment_state(f) for f in fragments}
+    states = {f.fragment_id: fragment_state(f.metadata) for f in fragments}
     usable = (
         previous is not None
         and previous.uri == ds.uri

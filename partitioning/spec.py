@@ -23,7 +23,9 @@ from partitioning.errors import SpecError
 from partitioning.expression import check_expression, evaluate_expression, validate_expression
 from partitioning.schema import NamespaceSchema, field_id_of, type_from_json, type_to_json
 from partitioning.transforms import (
+    BucketTransform,
     IdentityTransform,
+    MultiBucketTransform,
     Transform,
     TruncateTransform,
     parse_transform,
@@ -280,6 +282,19 @@ class PartitionSpec:
     @property
     def field_ids(self) -> list[str]:
         return [f.field_id for f in self.fields]
+
+    def max_values(self, schema: NamespaceSchema) -> int | None:
+        """How many partition values the spec can produce at most, NULL included, when every
+        field is bounded (``bucket[N]``: N + 1, a boolean: 3); None otherwise."""
+        bound = 1
+        for f in self.fields:
+            if isinstance(f.transform, BucketTransform | MultiBucketTransform) and f.expression is None:
+                bound *= f.transform.num_buckets + 1
+            elif pa.types.is_boolean(f.arrow_result_type(schema)):
+                bound *= 3
+            else:
+                return None
+        return bound
 
     def field(self, field_id: str) -> PartitionField:
         for f in self.fields:

@@ -54,6 +54,7 @@ __all__ = [
     "commit_version",
     "compact_fragments",
     "dataset_columns",
+    "fragment_state",
     "is_aligned",
     "latest_keeping_indexes",
     "missing_data_files",
@@ -496,7 +497,7 @@ def _next_fragment_id(head: lance.LanceDataset) -> int:
     return max([*ids, *covered], default=-1) + 1
 
 
-def _fragment_state(fragment: FragmentMetadata) -> tuple[Any, ...]:
+def fragment_state(fragment: FragmentMetadata) -> tuple[Any, ...]:
     meta = fragment.to_json()
     return (sorted(f["path"] for f in meta["files"]), meta.get("deletion_file"), meta.get("physical_rows"))
 
@@ -585,7 +586,7 @@ def _still_valid(
     ahead: lance.LanceDataset, ours: lance.LanceDataset, candidates: Sequence[tuple[Index, int]], kept: set[int]
 ) -> list[Index]:
     """The candidate segments (each with the version its index commit read) valid in ``ours``."""
-    fragments = {f.fragment_id: _fragment_state(f.metadata) for f in ours.get_fragments()}
+    fragments = {f.fragment_id: fragment_state(f.metadata) for f in ours.get_fragments()}
     fields = set(_lance_ids(ours.lance_schema.fields()).values())
     existing = {seg.uuid for d in ours.describe_indices() for seg in d.segments}
     built: dict[int, dict[int, tuple[Any, ...]]] = {}
@@ -599,7 +600,7 @@ def _still_valid(
                 then = ahead.checkout_version(read_version).get_fragments()
             except (OSError, ValueError, RuntimeError):
                 then = []
-            built[read_version] = {f.fragment_id: _fragment_state(f.metadata) for f in then}
+            built[read_version] = {f.fragment_id: fragment_state(f.metadata) for f in then}
         state = built[read_version]
         if all(fid in fragments and state.get(fid) == fragments[fid] for fid in covered):
             out.append(index)

@@ -28,9 +28,8 @@ from partitioning.leases import write_lease
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.schema import NamespaceSchema, check_widening
-from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.spec import PartitionSpec, parse_partition_by
 from partitioning.tables import check_namespace_root, check_new_root
-from partitioning.transforms import BucketTransform, MultiBucketTransform
 from partitioning.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
     PART_PREFIX,
@@ -317,8 +316,7 @@ def write_fragments(
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if cluster and names and plan_layout:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: plan the write ({label})"):
-            bound = _value_bound(current.fields, part_fields)
-            cluster = not _few_partitions(keyed, names, max_open_writers, bound)
+            cluster = not _few_partitions(keyed, names, max_open_writers, current.max_values(nschema))
     if cluster and names:
         # Each task holds the partitions hashed to it, unsorted: the writer buffers them all
         # (one fragment per partition per task) up to ``max_rows_per_file`` rows in total,
@@ -356,20 +354,6 @@ SAMPLE_ROWS = 100_000
 LARGE_INPUT_BYTES = 64 << 20
 _UNKNOWN_SIZE = (1 << 63) - 1  # Spark's estimate for what it cannot size (a Python list, an RDD)
 _MANY_WRITERS = 1 << 20
-
-
-def _value_bound(fields: Sequence[PartitionField], part_fields: Sequence[tuple[str, pa.DataType]]) -> int | None:
-    """How many partition values the spec can produce at most, NULL included, when every
-    field is bounded (``bucket[N]``: N + 1, a boolean: 3); None otherwise."""
-    bound = 1
-    for f, (_, result) in zip(fields, part_fields, strict=True):
-        if isinstance(f.transform, BucketTransform | MultiBucketTransform) and f.expression is None:
-            bound *= f.transform.num_buckets + 1
-        elif pa.types.is_boolean(result):
-            bound *= 3
-        else:
-            return None
-    return bound
 
 
 def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: int, bound: int | None) -> bool:
