@@ -19,9 +19,9 @@ import json
 import random
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -92,6 +92,8 @@ PART_PREFIX = "__part_"
 SPLIT_ROWS = 65_536
 # Dataset commits of one write run this many at a time (pylance releases the GIL).
 PARALLEL_COMMITS = 8
+# A task writes up to this many small partition buffers at once (see _Flushes).
+PARALLEL_FLUSHES = 4
 # A message row with this column set reports rows a task refused ({column: count}, JSON)
 # instead of fragments; the driver then refuses the whole write (:func:`check_rejected`).
 REJECTED = "rejected"
@@ -204,13 +206,17 @@ class FragmentWriter:
         Batches are split by partition a chunk of up to :data:`SPLIT_ROWS` rows at a
         time (one sort and one ``take`` per chunk instead of per Arrow batch); a chunk is
         at most ``buffer_rows`` and ``max_buffered_rows``, so a task holds at most twice
-        the budget."""
+        the budget. Small buffers are written a few at a time (:class:`_Flushes`)."""
+        chunk_rows = min(SPLIT_ROWS, self.buffer_rows, self.max_buffered_rows or SPLIT_ROWS)
+        with ThreadPoolExecutor(max_workers=PARALLEL_FLUSHES) as pool:
+            yield from self._write_all(batches, _Flushes(self, pool, chunk_rows), chunk_rows)
+
+    def _write_all(self, batches: Iterable[pa.RecordBatch], flushes: _Flushes, chunk_rows: int) -> Iterator[pa.RecordBatch]:
         buffers: OrderedDict[PartitionKey, _Buffer] = OrderedDict()
         rejected: dict[str, int] = {}
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
         buffered = 0
-        chunk_rows = min(SPLIT_ROWS, self.buffer_rows, self.max_buffered_rows or SPLIT_ROWS)
 
         def absorb(table: pa.Table) -> Iterator[pa.RecordBatch]:
             nonlocal buffered
@@ -223,16 +229,16 @@ class FragmentWriter:
                 buffered += part.num_rows
                 if buf.rows >= self.buffer_rows:
                     buffered -= buf.rows
-                    yield self._flush(key, buffers.pop(key))
+                    yield from flushes.add(key, buffers.pop(key))
                 while len(buffers) > self.max_open_writers:
                     old_key, old = buffers.popitem(last=False)
                     buffered -= old.rows
-                    yield self._flush(old_key, old)
+                    yield from flushes.add(old_key, old)
                 while self.max_buffered_rows is not None and buffered > self.max_buffered_rows:
                     big_key = max(buffers, key=lambda k: buffers[k].rows)
                     big = buffers.pop(big_key)
                     buffered -= big.rows
-                    yield self._flush(big_key, big)
+                    yield from flushes.add(big_key, big)
 
         for batch in batches:
             if batch.num_rows == 0:
@@ -251,13 +257,15 @@ class FragmentWriter:
                 yield from absorb(pa.Table.from_batches(pending))
                 pending, pending_rows = [], 0
         if rejected:
+            yield from flushes.drain()
             yield self._rejected(rejected)
             return
         if pending:
             yield from absorb(pa.Table.from_batches(pending))
         while buffers:
             key, buf = buffers.popitem(last=False)
-            yield self._flush(key, buf)
+            yield from flushes.add(key, buf)
+        yield from flushes.drain()
 
     def _split(self, table: pa.Table) -> Iterator[tuple[PartitionKey, pa.Table]]:
         names = [part_column(fid) for fid, _ in self.part_fields]
@@ -299,11 +307,9 @@ class FragmentWriter:
         row = {"object_id": "", "location": "", "fragments": "[]", "num_rows": 0, REJECTED: json.dumps(counts)}
         return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
 
-    def _flush(self, key: PartitionKey, buf: _Buffer) -> pa.RecordBatch:
-        check_partition_value_sizes([fid for fid, _ in self.part_fields], key)
+    def _flush(self, key: PartitionKey, buf: _Buffer, object_id: str, location: str) -> pa.RecordBatch:
         # One contiguous chunk per column: Lance encodes it about a third faster than many small ones.
         data = (pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]).combine_chunks()
-        object_id, location = self.planner.place(key)
         kwargs: dict[str, Any] = {"max_rows_per_file": self.max_rows_per_file}
         if self.max_bytes_per_file is not None:
             kwargs["max_bytes_per_file"] = self.max_bytes_per_file
@@ -326,6 +332,40 @@ class FragmentWriter:
         for (fid, _), value in zip(self.part_fields, key, strict=True):
             row[part_column(fid)] = value
         return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
+
+
+class _Flushes:
+    """A task's buffer writes in flight, yielded in the order they were started.
+
+    A buffer is placed (its location planned) in the task's thread and written in a
+    pool thread (pylance releases the GIL). The task waits for the oldest write while
+    more than :data:`PARALLEL_FLUSHES` are in flight or they hold more than
+    ``max_rows`` rows together: many small partitions (a write creating thousands) are
+    written in parallel for at most ``max_rows`` rows more in memory, and a big buffer
+    is written before the task reads on, as one at a time would."""
+
+    def __init__(self, writer: FragmentWriter, pool: ThreadPoolExecutor, max_rows: int) -> None:
+        self._writer, self._pool, self._max_rows = writer, pool, max_rows
+        self._inflight: deque[tuple[int, Future[pa.RecordBatch]]] = deque()
+        self._rows = 0
+
+    def add(self, key: PartitionKey, buf: _Buffer) -> Iterator[pa.RecordBatch]:
+        writer = self._writer
+        check_partition_value_sizes([fid for fid, _ in writer.part_fields], key)
+        object_id, location = writer.planner.place(key)
+        self._inflight.append((buf.rows, self._pool.submit(writer._flush, key, buf, object_id, location)))
+        self._rows += buf.rows
+        while len(self._inflight) > PARALLEL_FLUSHES or self._rows > self._max_rows:
+            yield self._oldest()
+
+    def drain(self) -> Iterator[pa.RecordBatch]:
+        while self._inflight:
+            yield self._oldest()
+
+    def _oldest(self) -> pa.RecordBatch:
+        rows, future = self._inflight.popleft()
+        self._rows -= rows
+        return future.result()
 
 
 def _run_starts(keys: pa.Table) -> list[int]:
