@@ -211,7 +211,9 @@ class FragmentWriter:
         with ThreadPoolExecutor(max_workers=PARALLEL_FLUSHES) as pool:
             yield from self._write_all(batches, _Flushes(self, pool, chunk_rows), chunk_rows)
 
-    def _write_all(self, batches: Iterable[pa.RecordBatch], flushes: _Flushes, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    def _write_all(
+        self, batches: Iterable[pa.RecordBatch], flushes: _Flushes, chunk_rows: int
+    ) -> Iterator[pa.RecordBatch]:
         buffers: OrderedDict[PartitionKey, _Buffer] = OrderedDict()
         rejected: dict[str, int] = {}
         pending: list[pa.RecordBatch] = []
