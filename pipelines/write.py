@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -357,7 +356,7 @@ _MANY_WRITERS = 1 << 20
 
 
 def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: int, bound: int | None) -> bool:
-    """Whether the first :data:`SAMPLE_ROWS` rows (from every input task) hold at most
+    """Whether the first :data:`SAMPLE_ROWS` rows (Spark's ``take``) hold at most
     ``max_open_writers`` partition values, with the data at least that large.
 
     Small data is clustered (one fragment per partition). Not sampled when ``keyed``'s
@@ -373,8 +372,11 @@ def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: in
         estimate = int(str(execution.optimizedPlan().stats().sizeInBytes()))
         if LARGE_INPUT_BYTES <= estimate < _UNKNOWN_SIZE:
             return True
-    # One 64-bit hash per sampled row, counted on the driver: a single limit job, half the
-    # time of a grouped count. A collision can only undercount the values, and the writer
-    # still bounds its open partitions then.
-    sample = keyed.select(F.xxhash64(*names).alias("key")).limit(SAMPLE_ROWS).toArrow()
-    return sample.num_rows >= SAMPLE_ROWS and pc.count_distinct(sample.column("key")).as_py() <= max_open_writers
+    # Spark's take reads the first input task's rows (more tasks only when it holds too few)
+    # with no shuffle, and the distinct keys are counted where the rows are, in the JVM:
+    # 94 ms against 146 ms for a limit collected as Arrow (1M cached rows, one value).
+    rows = keyed.select(*names)._jdf.take(SAMPLE_ROWS)
+    if len(rows) < SAMPLE_ROWS:
+        return False
+    distinct = keyed.sparkSession._jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(rows).distinct()
+    return int(distinct.size()) <= max_open_writers
