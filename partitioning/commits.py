@@ -15,7 +15,6 @@ from typing import Any
 
 import lance
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
 from partitioning.history import Operation
@@ -234,7 +233,7 @@ def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Se
     touched = {oid for *_, oid in keyed}
     touched.update("$".join(oid.split("$")[: level + 1]) for oid in list(touched) for level in range(1, oid.count("$")))
     existing = state.rows_for(touched)
-    _check_new_locations(state, keyed)
+    _check_new_locations(state, [k for k in keyed if (existing.get(k[3]) or {}).get("location") != k[0].location])
     out: dict[str, dict[str, Any]] = {}
     for c, spec, key, object_id in keyed:
         table = current.get((c.spec_id, key))
@@ -279,15 +278,10 @@ def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Se
 
 
 def _check_new_locations(state: NamespaceState, keyed: Sequence[tuple[TableCommit, Any, Any, str]]) -> None:
-    """No committed location may be another manifest row's (two rows sharing a directory)."""
+    """No location a commit gives a table (a new table, or a moved one) may be another
+    manifest row's (two rows sharing a directory)."""
     wanted = {c.location: oid for c, _, _, oid in keyed}
-    if not wanted:
-        return
-    manifest = state.manifest
-    holders = manifest.filter(pc.is_in(manifest.column("location"), value_set=pa.array(sorted(wanted), pa.string())))
-    for oid, location in zip(
-        holders.column("object_id").to_pylist(), holders.column("location").to_pylist(), strict=True
-    ):
+    for oid, location in state.location_holders(wanted):
         if wanted[location] != oid:
             raise ConcurrentModification(
                 f"location {location!r} is already table {oid!r}'s; data written there for {wanted[location]!r} "

@@ -21,7 +21,17 @@ from partitioning.manifest import partition_column
 from partitioning.spec import PartitionSpec
 from partitioning.transforms import canonical_float
 
-__all__ = ["candidate_rows", "existing_locations", "namespace_rows", "rows_by_id", "table_rows_for_keys"]
+__all__ = [
+    "candidate_mask",
+    "candidate_rows",
+    "existing_locations",
+    "match_namespace_rows",
+    "match_table_rows",
+    "namespace_mask",
+    "namespace_rows",
+    "rows_by_id",
+    "table_rows_for_keys",
+]
 
 
 def _exact_python_type(t: pa.DataType) -> type | None:
@@ -62,15 +72,21 @@ def _narrowing(column: pa.ChunkedArray | pa.Array, values: Iterable[Any]) -> pa.
     return pc.or_(mask, pc.is_null(column)) if has_null else mask
 
 
-def candidate_rows(rows: pa.Table, columns: Sequence[str], keys: Collection[PartitionKey]) -> pa.Table:
-    """The rows of ``rows`` that may hold one of ``keys`` in ``columns`` (a superset)."""
-    if not keys or rows.num_rows == 0:
-        return rows.slice(0, 0)
+def candidate_mask(rows: pa.Table, columns: Sequence[str], keys: Collection[PartitionKey]) -> pa.Array | None:
+    """Which rows of ``rows`` may hold one of ``keys`` in ``columns`` (a superset); None: all may."""
     mask = None
     for i, name in enumerate(columns):
         narrowed = _narrowing(rows.column(name), {k[i] for k in keys})
         if narrowed is not None:
             mask = narrowed if mask is None else pc.and_(mask, narrowed)
+    return mask
+
+
+def candidate_rows(rows: pa.Table, columns: Sequence[str], keys: Collection[PartitionKey]) -> pa.Table:
+    """The rows of ``rows`` that may hold one of ``keys`` in ``columns`` (a superset)."""
+    if not keys or rows.num_rows == 0:
+        return rows.slice(0, 0)
+    mask = candidate_mask(rows, columns, keys)
     return rows if mask is None else rows.filter(mask)
 
 
@@ -87,8 +103,16 @@ def table_rows_for_keys(
     :attr:`partitioning.state.NamespaceState.table_rows`)."""
     columns = [partition_column(f.field_id) for f in spec.fields]
     wanted = set(keys)
+    return match_table_rows(candidate_rows(rows, columns, wanted).to_pylist(), spec, wanted)
+
+
+def match_table_rows(
+    rows: Iterable[dict[str, Any]], spec: PartitionSpec, keys: Collection[PartitionKey]
+) -> dict[PartitionKey, dict[str, Any]]:
+    """Among candidate ``rows``, the table row of spec ``spec`` of each key in ``keys``."""
+    wanted = set(keys)
     out: dict[PartitionKey, dict[str, Any]] = {}
-    for row in candidate_rows(rows, columns, wanted).to_pylist():
+    for row in rows:
         if row.get("object_type", "table") != "table" or spec_id_of(row["object_id"]) != spec.spec_id:
             continue
         key = _key_of(row, spec)
@@ -105,16 +129,38 @@ def namespace_rows(
     if not spec.fields or (keys is not None and not keys):
         return {}
     columns = [partition_column(f.field_id) for f in spec.fields]
-    ids = manifest.column("object_id")
-    mask = pc.and_(pc.equal(manifest.column("object_type"), "namespace"), pc.starts_with(ids, f"v{spec.spec_id}$"))
+    mask = namespace_mask(manifest, spec, keys, by_id=True)
+    return match_namespace_rows(manifest.select(["object_id", *columns]).filter(mask).to_pylist(), spec, keys)
+
+
+def namespace_mask(
+    manifest: pa.Table, spec: PartitionSpec, keys: Collection[PartitionKey] | None, *, by_id: bool
+) -> pa.Array:
+    """Which rows may be namespaces of ``spec`` above ``keys`` (a superset; ``by_id``: narrowed
+    by the ``object_id`` column too, which ``manifest`` then holds)."""
+    columns = [partition_column(f.field_id) for f in spec.fields]
+    mask = pc.equal(manifest.column("object_type"), "namespace")
+    if by_id:
+        mask = pc.and_(mask, pc.starts_with(manifest.column("object_id"), f"v{spec.spec_id}$"))
     for i, name in enumerate(columns):
         column = manifest.column(name)
         narrowed = _narrowing(column, {k[i] for k in keys}) if keys is not None else None
         if narrowed is not None:
             mask = pc.and_(mask, pc.or_(narrowed, pc.is_null(column)))
+    return mask
+
+
+def match_namespace_rows(
+    rows: Iterable[Mapping[str, Any]], spec: PartitionSpec, keys: Collection[PartitionKey] | None
+) -> dict[tuple[str, PartitionKey], str]:
+    """Among candidate ``rows``, the partition namespaces of ``spec`` above any of ``keys``."""
+    if not spec.fields or (keys is not None and not keys):
+        return {}
     prefixes = None if keys is None else {k[:level] for k in keys for level in range(1, len(spec.fields) + 1)}
     out = {}
-    for row in manifest.select(["object_id", *columns]).filter(mask).to_pylist():
+    for row in rows:
+        if row.get("object_type", "namespace") != "namespace":
+            continue
         parts = row["object_id"].split("$")
         if parts[0] != f"v{spec.spec_id}" or len(parts) < 2:
             continue

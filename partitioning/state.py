@@ -15,16 +15,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
+from partitioning.lean_rows import LEAN_MIN_ROWS, LeanRows
 from partitioning.locations import PartitionKey, spec_id_of
 from partitioning.lookup import namespace_rows, rows_by_id, table_rows_for_keys
-from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
+from partitioning.manifest import ROW_ADDRESS, SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
 from partitioning.manifest_rows import ReadRows, read_rows
 from partitioning.scan import table_rows_by_spec
 from partitioning.schema import NamespaceSchema, field_id_of
@@ -46,6 +47,7 @@ __all__ = [
     "state_after_rewrite",
 ]
 
+T = TypeVar("T")
 _SPEC_KEY_RE = re.compile(rf"^{SPEC_KEY_PREFIX}(\d+)$")
 
 
@@ -99,11 +101,28 @@ class NamespaceState:
     schema: NamespaceSchema
     specs: dict[int, PartitionSpec]
     rows_source: Callable[[], pa.Table] = field(repr=False, compare=False)
-    read: ReadRows | None = field(default=None, repr=False, compare=False)
+    read_source: Callable[[], ReadRows] | None = field(default=None, repr=False, compare=False)
+    # A large version read a few columns and rows at a time until something needs it whole.
+    lean: LeanRows | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def manifest(self) -> pa.Table:
         return self.rows_source()
+
+    @cached_property
+    def read(self) -> ReadRows | None:
+        """The whole version as Lance read it (rows and addresses); None for a derived state."""
+        return self.read_source() if self.read_source is not None else None
+
+    @property
+    def read_done(self) -> ReadRows | None:
+        """:attr:`read` if this state has read its version whole already (else None, without reading)."""
+        done = isinstance(self.read_source, _Once) and self.read_source.done
+        return self.read if done else None
+
+    def _is_lean(self) -> bool:
+        """Lookups go to :attr:`lean` while the version has not been read whole."""
+        return self.lean is not None and self.read_done is None
 
     @property
     def row_addresses(self) -> pa.Array | None:
@@ -113,7 +132,14 @@ class NamespaceState:
     def addresses_of(self, object_ids: Iterable[str]) -> dict[str, int] | None:
         """The Lance row address (``_rowaddr``) in version :attr:`version` of each row with
         one of these ids (ids not in the version are left out); None for a state that was
-        derived from the one before rather than read (its addresses are not known)."""
+        derived from the one before rather than read (its addresses are not known), or when
+        an id is on several rows."""
+        if self._is_lean() and self.lean is not None:
+            found = self.lean.rows_by_id(set(object_ids))
+            if found is not None:
+                if any(len(rows) > 1 for rows in found.values()):
+                    return None  # an id on several rows (another client's doing): found by id, every copy
+                return {i: rows[0][ROW_ADDRESS] for i, rows in found.items()}
         if self.row_addresses is None:
             return None
         wanted = pa.array(sorted(set(object_ids)), pa.string())
@@ -196,8 +222,12 @@ class NamespaceState:
         missing = {k for k in wanted if (spec_id, k) not in found}
         if missing:
             spec = self.spec(spec_id)
-            source = self.table_rows[spec_id] if "table_rows" in self.__dict__ else self.manifest
-            rows = table_rows_for_keys(source, spec, missing)
+            lean = self.lean.table_rows(spec, missing) if self._is_lean() and self.lean is not None else None
+            if lean is not None:
+                rows = lean
+            else:
+                source = self.table_rows[spec_id] if "table_rows" in self.__dict__ else self.manifest
+                rows = table_rows_for_keys(source, spec, missing)
             for k in missing:
                 found[(spec_id, k)] = self._table(spec_id, rows[k]) if k in rows else None
         return {k: t for k in wanted if (t := found[(spec_id, k)]) is not None}
@@ -210,7 +240,11 @@ class NamespaceState:
         found = self._found_rows
         missing = wanted - found.keys()
         if missing:
-            rows = rows_by_id(self.manifest, missing)
+            lean = self.lean.rows_by_id(missing) if self._is_lean() and self.lean is not None else None
+            if lean is not None:
+                rows = {i: {k: v for k, v in copies[-1].items() if k != ROW_ADDRESS} for i, copies in lean.items()}
+            else:
+                rows = rows_by_id(self.manifest, missing)
             for i in missing:
                 found[i] = rows.get(i)
         return {i: dict(r) for i in wanted if (r := found[i]) is not None}
@@ -239,7 +273,20 @@ class NamespaceState:
         """The partition namespaces of ``spec`` above ``keys`` (None: all of them)."""
         if keys is None:
             return namespace_rows(self.manifest, spec, None)
-        return namespace_rows(self.manifest, spec, {tuple(canonical_float(v) for v in k) for k in keys})
+        wanted = {tuple(canonical_float(v) for v in k) for k in keys}
+        lean = self.lean.namespace_rows(spec, wanted) if self._is_lean() and self.lean is not None else None
+        return lean if lean is not None else namespace_rows(self.manifest, spec, wanted)
+
+    def location_holders(self, locations: Iterable[str]) -> list[tuple[str, str]]:
+        """``(object_id, location)`` of every row whose location is one of ``locations``."""
+        wanted = sorted(set(locations))
+        if not wanted:
+            return []
+        if self._is_lean() and self.lean is not None:
+            return self.lean.location_holders(wanted)
+        manifest = self.manifest
+        holders = manifest.filter(pc.is_in(manifest.column("location"), value_set=pa.array(wanted, pa.string())))
+        return list(zip(holders.column("object_id").to_pylist(), holders.column("location").to_pylist(), strict=True))
 
 
 class ManifestHandle(Protocol):
@@ -296,7 +343,7 @@ def read_state(ds: lance.LanceDataset, root: str, previous: NamespaceState | Non
         if state is not None:
             _cache.move_to_end(key)
             return state
-    state = _decode_state(ds, root, previous.read if previous is not None else None)
+    state = _decode_state(ds, root, previous.read_done if previous is not None else None)
     _remember(key, state)
     return state
 
@@ -334,7 +381,9 @@ def _successor(state: NamespaceState, committed: lance.LanceDataset, rows: Calla
     if committed.version != state.version + 1 or ManifestStore.metadata_of(committed) != state.metadata:
         return read_state(committed, state.root)
     # A derived version's rows sit at other addresses (folded, compacted): not known.
-    successor = dataclasses.replace(state, version=committed.version, rows_source=_Once(rows), read=None)
+    successor = dataclasses.replace(
+        state, version=committed.version, rows_source=_Once(rows), read_source=None, lean=None
+    )
     _remember(_version_key(committed, state.root), successor)
     return successor
 
@@ -355,14 +404,18 @@ def _merged(manifest: pa.Table, rows: pa.Table, delete_ids: Sequence[str], delet
 _MAX_CHUNKS = 64  # many commits in one process: copy once the chunks pile up
 
 
-class _Once:
+class _Once(Generic[T]):
     """A thunk run once, then forgotten, so a derived state does not keep its base alive."""
 
-    def __init__(self, fn: Callable[[], pa.Table]) -> None:
-        self._fn: Callable[[], pa.Table] | None = fn
-        self._value: pa.Table | None = None
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._fn: Callable[[], T] | None = fn
+        self._value: T | None = None
 
-    def __call__(self) -> pa.Table:
+    @property
+    def done(self) -> bool:
+        return self._fn is None
+
+    def __call__(self) -> T:
         if self._fn is not None:
             self._value, self._fn = self._fn(), None
         assert self._value is not None
@@ -417,15 +470,21 @@ def _decode_state(ds: lance.LanceDataset, root: str, previous: ReadRows | None =
             f"{root}: __manifest lacks column {missing[0]} (was it rewritten by a DirectoryNamespace "
             "mutating call? see SPEC-NOTES 6)"
         )
-    read = read_rows(ds, previous)
+    lean = None
+    if previous is None and ds.count_rows() >= LEAN_MIN_ROWS:
+        lean = LeanRows(ds, expected[1:])
+    read = _Once(lambda: read_rows(ds, previous))
+    if lean is None:
+        read()  # a small version, or one read on from an earlier read: read now, checked at load
     return NamespaceState(
         root=root,
         version=ds.version,
         metadata=metadata,
         schema=schema,
         specs=specs,
-        rows_source=lambda: read.rows,
-        read=read,
+        rows_source=lambda: read().rows,
+        read_source=read,
+        lean=lean,
     )
 
 

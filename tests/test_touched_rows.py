@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import partitioning.state as state_module
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.commits import MAX_PARTITION_VALUE_BYTES
 from partitioning.errors import InvalidInput
@@ -134,9 +135,14 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["whole", "lean"])
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_find_partitions_matches_a_brute_force_scan(tmp_path_factory: pytest.TempPathFactory, data: Any) -> None:
+def test_find_partitions_matches_a_brute_force_scan(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, lean: bool, data: Any
+) -> None:
+    if lean:  # the version read a few columns and rows at a time (partitioning.lean_rows)
+        monkeypatch.setattr(state_module, "LEAN_MIN_ROWS", 0)
     first, second = data.draw(st.lists(st.sampled_from(sorted(TYPES)), min_size=2, max_size=2, unique=True))
     schema = pa.schema([("a", TYPES[first][0]), ("b", TYPES[second][0]), ("v", pa.int64())])
     root = str(tmp_path_factory.mktemp("lookup") / "ns")

@@ -1,0 +1,146 @@
+"""A large ``__manifest`` version looked up without reading all of it.
+
+Reading every column of a 20,000-partition ``__manifest`` (40,000 rows) takes about
+12 ms in a fresh process, most of it the long ``object_id`` and ``location`` strings,
+while a commit into one partition needs three of its rows. :class:`LeanRows` reads
+``object_type``, the partition columns and each row's address first (about 6 ms), narrows
+them with the same vectorised filters as :mod:`partitioning.lookup`, and fetches the
+candidates' whole rows by address. Lookups by id read the ``object_id`` column alone,
+once. Every answer is exact: candidates are a superset, matched the way a full read is.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from partitioning.lookup import candidate_mask, match_namespace_rows, match_table_rows, namespace_mask
+from partitioning.manifest import ROW_ADDRESS, ManifestStore, partition_column
+from partitioning.spec import PartitionSpec
+
+__all__ = ["LEAN_MIN_ROWS", "MAX_FETCH", "LeanRows"]
+
+# A version with fewer rows is read whole (it is cheap, and every lookup then needs no read).
+LEAN_MIN_ROWS = 4_096
+# More candidates than this for one lookup: the caller reads the whole version instead.
+MAX_FETCH = 512
+# Locations written into a SQL filter as they are; any other is matched in Arrow.
+_PLAIN = re.compile(r"[A-Za-z0-9_$.-]+")
+
+
+class LeanRows:
+    """One ``__manifest`` version (``ds``, opened at it) read a few columns and rows at a time.
+
+    Shared by every user of the version's state: what it has read is kept, under a lock."""
+
+    def __init__(self, ds: lance.LanceDataset, partition_columns: Sequence[str]) -> None:
+        self._ds = ds
+        self._columns = list(partition_columns)
+        self._lock = threading.Lock()
+        self._keys: pa.Table | None = None
+        self._ids: pa.Table | None = None
+        self._rows: dict[int, dict[str, Any]] = {}
+
+    @property
+    def keys(self) -> pa.Table:
+        """``object_type``, every partition column and the row address of every row."""
+        with self._lock:
+            if self._keys is None:
+                self._keys = ManifestStore.rows_of(
+                    self._ds, ["object_type", *self._columns], with_row_address=True
+                ).combine_chunks()
+            return self._keys
+
+    def _fetch(self, addresses: Iterable[int]) -> list[dict[str, Any]]:
+        """Whole rows (with their address) at ``addresses``, in that order."""
+        wanted = list(dict.fromkeys(addresses))
+        with self._lock:
+            missing = [a for a in wanted if a not in self._rows]
+        if missing:
+            got = ManifestStore.rows_of(
+                self._ds, filter=f"{ROW_ADDRESS} IN ({', '.join(str(int(a)) for a in missing)})", with_row_address=True
+            )
+            with self._lock:
+                for row in got.to_pylist():
+                    self._rows[row[ROW_ADDRESS]] = row
+        with self._lock:
+            return [self._rows[a] for a in wanted if a in self._rows]
+
+    def _candidates(self, mask: pa.Array) -> list[dict[str, Any]] | None:
+        addresses = self.keys.column(ROW_ADDRESS).filter(mask)
+        if len(addresses) > MAX_FETCH:
+            return None
+        return self._fetch(addresses.to_pylist())
+
+    def table_rows(self, spec: PartitionSpec, keys: Collection[Any]) -> dict[Any, dict[str, Any]] | None:
+        """As :func:`partitioning.lookup.table_rows_for_keys` over the whole version; None when
+        the keys narrow to more than :data:`MAX_FETCH` rows."""
+        if not keys:
+            return {}
+        columns = [partition_column(f.field_id) for f in spec.fields]
+        keys_table = self.keys
+        mask = candidate_mask(keys_table, columns, keys)
+        is_table = pc.equal(keys_table.column("object_type"), "table")
+        rows = self._candidates(is_table if mask is None else pc.and_(mask, is_table))
+        return None if rows is None else match_table_rows(_plain(rows), spec, keys)
+
+    def namespace_rows(self, spec: PartitionSpec, keys: Collection[Any]) -> dict[tuple[str, Any], str] | None:
+        """As :func:`partitioning.lookup.namespace_rows` for ``keys``; None when too many candidates."""
+        mask = namespace_mask(self.keys, spec, keys, by_id=False)
+        rows = self._candidates(mask)
+        return None if rows is None else match_namespace_rows(_plain(rows), spec, keys)
+
+    def rows_by_id(self, object_ids: Collection[str]) -> dict[str, list[dict[str, Any]]] | None:
+        """The rows with these ids (each id: its rows, with their addresses; several if another
+        client duplicated it); None when too many.
+
+        An id among the rows a key lookup already fetched is answered from them (a copy of
+        it under another type or other partition values, which only a damaged manifest
+        holds, is not looked for); any other id is looked up in the ``object_id`` column,
+        read once, which also tells that an id is absent."""
+        wanted = set(object_ids)
+        out: dict[str, list[dict[str, Any]]] = {}
+        with self._lock:
+            for row in self._rows.values():
+                if row["object_id"] in wanted:
+                    out.setdefault(row["object_id"], []).append(row)
+        rest = wanted - out.keys()
+        if not rest:
+            return out
+        more = self._by_id_column(rest)
+        return None if more is None else {**out, **more}
+
+    def _by_id_column(self, object_ids: Collection[str]) -> dict[str, list[dict[str, Any]]] | None:
+        with self._lock:
+            if self._ids is None:
+                self._ids = ManifestStore.rows_of(self._ds, ["object_id"], with_row_address=True).combine_chunks()
+            ids = self._ids
+        mask = pc.is_in(ids.column("object_id"), value_set=pa.array(sorted(object_ids), pa.string()))
+        addresses = ids.column(ROW_ADDRESS).filter(mask)
+        if len(addresses) > MAX_FETCH:
+            return None
+        out: dict[str, list[dict[str, Any]]] = {}
+        for row in self._fetch(addresses.to_pylist()):
+            out.setdefault(row["object_id"], []).append(row)
+        return out
+
+    def location_holders(self, locations: Collection[str]) -> list[tuple[str, str]]:
+        """``(object_id, location)`` of every row whose location is one of ``locations``."""
+        if all(_PLAIN.fullmatch(loc) for loc in locations):
+            quoted = ", ".join(f"'{loc}'" for loc in sorted(locations))
+            got = ManifestStore.rows_of(self._ds, ["object_id", "location"], filter=f"location IN ({quoted})")
+        else:
+            got = ManifestStore.rows_of(self._ds, ["object_id", "location"])
+            got = got.filter(pc.is_in(got.column("location"), value_set=pa.array(sorted(locations), pa.string())))
+        return list(zip(got.column("object_id").to_pylist(), got.column("location").to_pylist(), strict=True))
+
+
+def _plain(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows without their address column, as a full read gives them."""
+    return [{k: v for k, v in r.items() if k != ROW_ADDRESS} for r in rows]
