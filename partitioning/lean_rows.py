@@ -5,13 +5,13 @@ Reading every column of a 20,000-partition ``__manifest`` (40,000 rows) takes ab
 while a commit into one partition needs three of its rows. :class:`LeanRows` reads
 ``object_type``, the partition columns and each row's address first (about 6 ms), narrows
 them with the same vectorised filters as :mod:`partitioning.lookup`, and fetches the
-candidates' whole rows by address. Lookups by id read the ``object_id`` column alone,
-once. Every answer is exact: candidates are a superset, matched the way a full read is.
+candidates' whole rows by address. Lookups by id, and of who holds a location, read the
+``object_id`` and ``location`` columns, once. Every answer is exact: candidates are a
+superset, matched the way a full read is.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
@@ -30,8 +30,6 @@ __all__ = ["LEAN_MIN_ROWS", "MAX_FETCH", "LeanRows"]
 LEAN_MIN_ROWS = 4_096
 # More candidates than this for one lookup: the caller reads the whole version instead.
 MAX_FETCH = 512
-# Locations written into a SQL filter as they are; any other is matched in Arrow.
-_PLAIN = re.compile(r"[A-Za-z0-9_$.-]+")
 
 
 class LeanRows:
@@ -52,9 +50,7 @@ class LeanRows:
         """``object_type``, every partition column and the row address of every row."""
         with self._lock:
             if self._keys is None:
-                self._keys = ManifestStore.rows_of(
-                    self._ds, ["object_type", *self._columns], with_row_address=True
-                ).combine_chunks()
+                self._keys = ManifestStore.rows_of(self._ds, ["object_type", *self._columns], with_row_address=True)
             return self._keys
 
     def _fetch(self, addresses: Iterable[int]) -> list[dict[str, Any]]:
@@ -116,11 +112,16 @@ class LeanRows:
         more = self._by_id_column(rest)
         return None if more is None else {**out, **more}
 
-    def _by_id_column(self, object_ids: Collection[str]) -> dict[str, list[dict[str, Any]]] | None:
+    def _ids_and_locations(self) -> pa.Table:
+        """``object_id``, ``location`` and the address of every row: one scan, read once (a new
+        partition's commit needs both: that its ids are in no row, and its location in none)."""
         with self._lock:
             if self._ids is None:
-                self._ids = ManifestStore.rows_of(self._ds, ["object_id"], with_row_address=True).combine_chunks()
-            ids = self._ids
+                self._ids = ManifestStore.rows_of(self._ds, ["object_id", "location"], with_row_address=True)
+            return self._ids
+
+    def _by_id_column(self, object_ids: Collection[str]) -> dict[str, list[dict[str, Any]]] | None:
+        ids = self._ids_and_locations()
         mask = pc.is_in(ids.column("object_id"), value_set=pa.array(sorted(object_ids), pa.string()))
         addresses = ids.column(ROW_ADDRESS).filter(mask)
         if len(addresses) > MAX_FETCH:
@@ -132,13 +133,9 @@ class LeanRows:
 
     def location_holders(self, locations: Collection[str]) -> list[tuple[str, str]]:
         """``(object_id, location)`` of every row whose location is one of ``locations``."""
-        if all(_PLAIN.fullmatch(loc) for loc in locations):
-            quoted = ", ".join(f"'{loc}'" for loc in sorted(locations))
-            got = ManifestStore.rows_of(self._ds, ["object_id", "location"], filter=f"location IN ({quoted})")
-        else:
-            got = ManifestStore.rows_of(self._ds, ["object_id", "location"])
-            got = got.filter(pc.is_in(got.column("location"), value_set=pa.array(sorted(locations), pa.string())))
-        return list(zip(got.column("object_id").to_pylist(), got.column("location").to_pylist(), strict=True))
+        ids = self._ids_and_locations()
+        held = ids.filter(pc.is_in(ids.column("location"), value_set=pa.array(sorted(locations), pa.string())))
+        return list(zip(held.column("object_id").to_pylist(), held.column("location").to_pylist(), strict=True))
 
 
 def _plain(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
