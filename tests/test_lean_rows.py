@@ -15,6 +15,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 import pytest
+from wide_namespace import START, day_rows, wide_namespace
 
 import partitioning.state as state_module
 from partitioning import PartitionedNamespace, TableCommit
@@ -24,9 +25,6 @@ from partitioning.manifest import ManifestStore
 from partitioning.state import clear_state_cache
 from partitioning.write import write_table
 
-SCHEMA = pa.schema([("day", pa.date32()), ("country", pa.string()), ("v", pa.int64())])
-START = dt.date(2025, 1, 1)
-
 
 @pytest.fixture(autouse=True)
 def lean(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,20 +32,10 @@ def lean(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_state_cache()
 
 
-def _data(day: dt.date, country: str, n: int, first: int = 0) -> pa.Table:
-    return pa.table({"day": [day] * n, "country": [country] * n, "v": list(range(first, first + n))}, schema=SCHEMA)
-
-
 def _wide(tmp_path: Path, partitions: int) -> str:
-    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, ["day", "country"])
-    write_table(ns, _data(START, "C0", 3))
-    commits = []
-    for i in range(1, partitions):
-        values = {"day": START + dt.timedelta(days=i % 20), "country": f"C{i // 20}"}
-        commits.append(TableCommit(1, values, ns.new_table_location(1, values), 1))
-    ns.commit_tables(commits)
+    root = wide_namespace(tmp_path, partitions)
     clear_state_cache()
-    return ns.root
+    return root
 
 
 def _lance_manifest(root: str) -> list[dict[str, Any]]:
@@ -80,7 +68,7 @@ def test_a_load_reads_no_rows_and_an_append_into_an_existing_partition_reads_no_
     reads = _spy_reads(monkeypatch)
     ns = PartitionedNamespace.load(root)
     assert reads == []
-    write_table(ns, _data(START, "C0", 5, first=100))
+    write_table(ns, day_rows(START, "C0", 5, first=100))
     monkeypatch.undo()
     read_columns = [c for c, _ in reads if c is not None]
     assert read_columns == [["object_type", "partition_field_day", "partition_field_country"]]
@@ -93,7 +81,7 @@ def test_a_new_partition_is_looked_up_by_id_and_lands_once(tmp_path: Path) -> No
     root = _wide(tmp_path, 120)
     ns = PartitionedNamespace.load(root)
     day = START + dt.timedelta(days=400)
-    write_table(ns, _data(day, "NEW", 4))
+    write_table(ns, day_rows(day, "NEW", 4))
     assert sorted(ns._state.manifest.to_pylist(), key=lambda r: r["object_id"]) == _lance_manifest(root)
     assert _values(root, day, "NEW") == [0, 1, 2, 3]
     assert len(PartitionedNamespace.load(root).partitions()) == 121
@@ -141,7 +129,7 @@ def test_a_row_another_client_duplicated_is_replaced_in_every_copy(tmp_path: Pat
     clear_state_cache()
     ns = PartitionedNamespace.load(root)
     assert ns._state.addresses_of([oid]) is None  # two rows: found by id, every copy
-    write_table(ns, _data(day, "C0", 2, first=50))
+    write_table(ns, day_rows(day, "C0", 2, first=50))
     rows = [r for r in _lance_manifest(root) if r["object_id"] == oid]
     assert len(rows) == 1
     assert rows[0]["read_version"] == ns.find_partition(1, {"day": day, "country": "C0"}).read_version

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wide_namespace import START, day_rows, wide_namespace
 
 import partitioning.state as state_module
 from partitioning import PartitionedNamespace, TableCommit
@@ -28,7 +29,6 @@ from partitioning.state import clear_state_cache
 from partitioning.write import write_table
 
 SCHEMA = pa.schema([("day", pa.date32()), ("country", pa.string()), ("v", pa.int64())])
-START = dt.date(2025, 1, 1)
 
 
 def _manifest(root: str) -> list[dict[str, Any]]:
@@ -41,18 +41,11 @@ def _rows(t: pa.Table) -> list[dict[str, Any]]:
 
 def _wide(tmp_path: Path, partitions: int) -> PartitionedNamespace:
     """A namespace with ``partitions`` tables (one written, the others recorded) in two levels."""
-    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, ["day", "country"])
-    write_table(ns, _data(START, "C0", 3))
-    commits = []
-    for i in range(1, partitions):
-        values = {"day": START + dt.timedelta(days=i % 20), "country": f"C{i // 20}"}
-        commits.append(TableCommit(1, values, ns.new_table_location(1, values), 1))
-    ns.commit_tables(commits)
-    return PartitionedNamespace.load(ns.root)
+    return PartitionedNamespace.load(wide_namespace(tmp_path, partitions))
 
 
 def _data(day: dt.date, country: str, n: int) -> pa.Table:
-    return pa.table({"day": [day] * n, "country": [country] * n, "v": list(range(n))}, schema=SCHEMA)
+    return day_rows(day, country, n)
 
 
 def _count(ns: PartitionedNamespace, day: dt.date, country: str) -> int:
