@@ -375,8 +375,9 @@ def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: in
     # Spark's take reads the first input task's rows (more tasks only when it holds too few)
     # with no shuffle, and the distinct keys are counted where the rows are, in the JVM:
     # 94 ms against 146 ms for a limit collected as Arrow (1M cached rows, one value).
-    rows = keyed.select(*names)._jdf.take(SAMPLE_ROWS)
+    rows = keyed.select(*names)._jdf.take(SAMPLE_ROWS)  # classic-only (guarded by is_connect)
     if len(rows) < SAMPLE_ROWS:
         return False
-    distinct = keyed.sparkSession._jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(rows).distinct()
+    jvm = keyed.sparkSession._jvm  # classic-only (guarded by is_connect)
+    distinct = jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(rows).distinct()
     return int(distinct.size()) <= max_open_writers
