@@ -233,7 +233,7 @@ def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Se
     touched = {oid for *_, oid in keyed}
     touched.update("$".join(oid.split("$")[: level + 1]) for oid in list(touched) for level in range(1, oid.count("$")))
     existing = state.rows_for(touched)
-    _check_new_locations(state, [k for k in keyed if (existing.get(k[3]) or {}).get("location") != k[0].location])
+    _check_new_locations(state, keyed, existing)
     out: dict[str, dict[str, Any]] = {}
     for c, spec, key, object_id in keyed:
         table = current.get((c.spec_id, key))
@@ -277,10 +277,14 @@ def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Se
     return list(out.values())
 
 
-def _check_new_locations(state: NamespaceState, keyed: Sequence[tuple[TableCommit, Any, Any, str]]) -> None:
-    """No location a commit gives a table (a new table, or a moved one) may be another
-    manifest row's (two rows sharing a directory)."""
-    wanted = {c.location: oid for c, _, _, oid in keyed}
+def _check_new_locations(
+    state: NamespaceState,
+    keyed: Sequence[tuple[TableCommit, Any, Any, str]],
+    existing: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """No location a commit gives a table (a new table, or a moved one; ``existing``: the
+    rows the tables have now) may be another manifest row's (two rows sharing a directory)."""
+    wanted = {c.location: oid for c, _, _, oid in keyed if (existing.get(oid) or {}).get("location") != c.location}
     for oid, location in state.location_holders(wanted):
         if wanted[location] != oid:
             raise ConcurrentModification(

@@ -13,7 +13,7 @@ superset, matched the way a full read is.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import lance
@@ -24,7 +24,7 @@ from partitioning.lookup import candidate_mask, match_namespace_rows, match_tabl
 from partitioning.manifest import ROW_ADDRESS, ManifestStore, partition_column
 from partitioning.spec import PartitionSpec
 
-__all__ = ["LEAN_MIN_ROWS", "MAX_FETCH", "LeanRows"]
+__all__ = ["LEAN_MIN_ROWS", "MAX_FETCH", "LeanRows", "plain_row"]
 
 # A version with fewer rows is read whole (it is cheap, and every lookup then needs no read).
 LEAN_MIN_ROWS = 4_096
@@ -138,6 +138,10 @@ class LeanRows:
         return list(zip(held.column("object_id").to_pylist(), held.column("location").to_pylist(), strict=True))
 
 
-def _plain(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows without their address column, as a full read gives them."""
-    return [{k: v for k, v in r.items() if k != ROW_ADDRESS} for r in rows]
+def plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A fetched row without its address column, as a full read gives it."""
+    return {k: v for k, v in row.items() if k != ROW_ADDRESS}
+
+
+def _plain(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [plain_row(r) for r in rows]

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
-from partitioning.lean_rows import LEAN_MIN_ROWS, LeanRows
+from partitioning.lean_rows import LEAN_MIN_ROWS, LeanRows, plain_row
 from partitioning.locations import PartitionKey, spec_id_of
 from partitioning.lookup import namespace_rows, rows_by_id, table_rows_for_keys
 from partitioning.manifest import ROW_ADDRESS, SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
@@ -101,7 +101,7 @@ class NamespaceState:
     schema: NamespaceSchema
     specs: dict[int, PartitionSpec]
     rows_source: Callable[[], pa.Table] = field(repr=False, compare=False)
-    read_source: Callable[[], ReadRows] | None = field(default=None, repr=False, compare=False)
+    read_source: _Once[ReadRows] | None = field(default=None, repr=False, compare=False)
     # A large version read a few columns and rows at a time until something needs it whole.
     lean: LeanRows | None = field(default=None, repr=False, compare=False)
 
@@ -117,12 +117,11 @@ class NamespaceState:
     @property
     def read_done(self) -> ReadRows | None:
         """:attr:`read` if this state has read its version whole already (else None, without reading)."""
-        done = isinstance(self.read_source, _Once) and self.read_source.done
-        return self.read if done else None
+        return self.read if self.read_source is not None and self.read_source.done else None
 
-    def _is_lean(self) -> bool:
-        """Lookups go to :attr:`lean` while the version has not been read whole."""
-        return self.lean is not None and self.read_done is None
+    def _lean(self) -> LeanRows | None:
+        """Where lookups go while the version has not been read whole (None: to :attr:`manifest`)."""
+        return self.lean if self.read_done is None else None
 
     @property
     def row_addresses(self) -> pa.Array | None:
@@ -134,8 +133,9 @@ class NamespaceState:
         one of these ids (ids not in the version are left out); None for a state that was
         derived from the one before rather than read (its addresses are not known), or when
         an id is on several rows."""
-        if self._is_lean() and self.lean is not None:
-            found = self.lean.rows_by_id(set(object_ids))
+        lean = self._lean()
+        if lean is not None:
+            found = lean.rows_by_id(set(object_ids))
             if found is not None:
                 if any(len(rows) > 1 for rows in found.values()):
                     return None  # an id on several rows (another client's doing): found by id, every copy
@@ -222,9 +222,10 @@ class NamespaceState:
         missing = {k for k in wanted if (spec_id, k) not in found}
         if missing:
             spec = self.spec(spec_id)
-            lean = self.lean.table_rows(spec, missing) if self._is_lean() and self.lean is not None else None
-            if lean is not None:
-                rows = lean
+            lean = self._lean()
+            found_rows = lean.table_rows(spec, missing) if lean is not None else None
+            if found_rows is not None:
+                rows = found_rows
             else:
                 source = self.table_rows[spec_id] if "table_rows" in self.__dict__ else self.manifest
                 rows = table_rows_for_keys(source, spec, missing)
@@ -240,9 +241,10 @@ class NamespaceState:
         found = self._found_rows
         missing = wanted - found.keys()
         if missing:
-            lean = self.lean.rows_by_id(missing) if self._is_lean() and self.lean is not None else None
-            if lean is not None:
-                rows = {i: {k: v for k, v in copies[-1].items() if k != ROW_ADDRESS} for i, copies in lean.items()}
+            lean = self._lean()
+            copies = lean.rows_by_id(missing) if lean is not None else None
+            if copies is not None:
+                rows = {i: plain_row(same_id[-1]) for i, same_id in copies.items()}
             else:
                 rows = rows_by_id(self.manifest, missing)
             for i in missing:
@@ -274,16 +276,18 @@ class NamespaceState:
         if keys is None:
             return namespace_rows(self.manifest, spec, None)
         wanted = {tuple(canonical_float(v) for v in k) for k in keys}
-        lean = self.lean.namespace_rows(spec, wanted) if self._is_lean() and self.lean is not None else None
-        return lean if lean is not None else namespace_rows(self.manifest, spec, wanted)
+        lean = self._lean()
+        found = lean.namespace_rows(spec, wanted) if lean is not None else None
+        return found if found is not None else namespace_rows(self.manifest, spec, wanted)
 
     def location_holders(self, locations: Iterable[str]) -> list[tuple[str, str]]:
         """``(object_id, location)`` of every row whose location is one of ``locations``."""
         wanted = sorted(set(locations))
         if not wanted:
             return []
-        if self._is_lean() and self.lean is not None:
-            return self.lean.location_holders(wanted)
+        lean = self._lean()
+        if lean is not None:
+            return lean.location_holders(wanted)
         manifest = self.manifest
         holders = manifest.filter(pc.is_in(manifest.column("location"), value_set=pa.array(wanted, pa.string())))
         return list(zip(holders.column("object_id").to_pylist(), holders.column("location").to_pylist(), strict=True))
