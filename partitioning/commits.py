@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import lance
@@ -18,7 +19,7 @@ import pyarrow as pa
 
 from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
 from partitioning.history import Operation
-from partitioning.locations import object_id_from_location, spec_id_of
+from partitioning.locations import object_id_from_location, seed_named, spec_id_of
 from partitioning.manifest import ManifestStore, partition_column
 from partitioning.state import ManifestHandle, NamespaceState, TableCommit, state_after_merge, state_after_rewrite
 from partitioning.transforms import canonical_float
@@ -109,19 +110,27 @@ def commit_once(
     replace_all: bool,
     write_id: str | None,
     operation: Operation | None = None,
+    naming_seed: bytes | None = None,
 ) -> int:
     """One optimistic commit of ``commits`` on the state ``ns`` last read, recording
-    ``operation`` (:mod:`partitioning.history`); the new manifest version."""
+    ``operation`` (:mod:`partitioning.history`); the new manifest version.
+
+    ``naming_seed``: the secret seed the write named its new partitions with, given only
+    while nothing of the write can be in ``__manifest`` yet (a write's first attempt). The
+    ids and locations it named (:func:`partitioning.locations.seed_named`) are then known
+    to be in no row, so they are not looked up: a new partition's commit reads neither
+    the ``object_id`` nor the ``location`` column of a large manifest."""
     state = ns._state
     if replace_all:
         spec_ids = set(state.specs)
     else:
         spec_ids = {c.spec_id for c in commits} or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
-    rows = commit_rows(state, commits, base.schema.names)
+    fresh = _seed_named(state, commits, naming_seed)
+    rows = commit_rows(state, commits, base.schema.names, fresh=fresh)
     rows.extend(lock_rows(state, spec_ids, write_id))
     table = pa.Table.from_pylist(rows, schema=base.schema)
-    return _commit(ns, base, table, operation, replace_all=replace_all)
+    return _commit(ns, base, table, operation, replace_all=replace_all, fresh_ids=fresh[0])
 
 
 def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
@@ -153,13 +162,17 @@ def _commit(
     *,
     replace_all: bool = False,
     delete_ids: Sequence[str] = (),
+    fresh_ids: frozenset[str] = frozenset(),
 ) -> int:
     """Commit ``rows`` on ``base`` (folded when small, :func:`partitioning.upkeep.fold_merge`,
     else Lance's ``merge_insert``), take the new state from ``ns``'s, then compact
-    ``__manifest`` if it is due (which never fails the commit). Returns the commit's version."""
+    ``__manifest`` if it is due (which never fails the commit). Returns the commit's version.
+    ``fresh_ids`` are in no row of ``base`` (see :func:`commit_once`)."""
     props = operation.properties() if operation is not None else None
     state = ns._state
-    known = state.addresses_of if state.version == base.version else None
+    known = None
+    if state.version == base.version:
+        known = partial(_addresses_of, state, fresh_ids)
     committed = (
         None
         if replace_all
@@ -175,6 +188,10 @@ def _commit(
     if done is not None:
         ns._state = state_after_rewrite(ns._state, done.dataset)
     return version
+
+
+def _addresses_of(state: NamespaceState, fresh_ids: frozenset[str], object_ids: Sequence[str]) -> dict[str, int] | None:
+    return state.addresses_of([i for i in object_ids if i not in fresh_ids])
 
 
 def committed_write_ids(state: NamespaceState) -> set[str]:
@@ -217,9 +234,36 @@ def check_partition_value_sizes(field_ids: Sequence[str], key: Sequence[Any]) ->
             )
 
 
-def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Sequence[str]) -> list[dict[str, Any]]:
+def _seed_named(
+    state: NamespaceState, commits: Sequence[TableCommit], seed: bytes | None
+) -> tuple[frozenset[str], frozenset[str]]:
+    """The ids and locations of ``commits`` that ``seed`` named (none without a seed)."""
+    ids: set[str] = set()
+    locations: set[str] = set()
+    if seed is None:
+        return frozenset(), frozenset()
+    for c in commits:
+        if c.object_id is None:
+            continue
+        spec = state.spec(c.spec_id)
+        key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
+        named, location_named = seed_named(seed, key, c.object_id, c.location)
+        ids.update(named)
+        if location_named:
+            locations.add(c.location)
+    return frozenset(ids), frozenset(locations)
+
+
+def commit_rows(
+    state: NamespaceState,
+    commits: Sequence[TableCommit],
+    names: Sequence[str],
+    *,
+    fresh: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
+) -> list[dict[str, Any]]:
     """The table rows of ``commits`` and the namespace rows above them (``names``: the manifest
-    columns). Only the manifest rows these commits touch are decoded (:mod:`partitioning.lookup`)."""
+    columns). Only the manifest rows these commits touch are decoded (:mod:`partitioning.lookup`);
+    ``fresh`` ids and locations (:func:`commit_once`'s ``naming_seed``) are known to be in no row."""
     keyed = []
     for c in commits:
         spec = state.spec(c.spec_id)
@@ -232,8 +276,9 @@ def commit_rows(state: NamespaceState, commits: Sequence[TableCommit], names: Se
         current.update({(spec_id, k): t for k, t in found.items()})
     touched = {oid for *_, oid in keyed}
     touched.update("$".join(oid.split("$")[: level + 1]) for oid in list(touched) for level in range(1, oid.count("$")))
-    existing = state.rows_for(touched)
-    _check_new_locations(state, keyed, existing)
+    fresh_ids, fresh_locations = fresh
+    existing = state.rows_for(touched - fresh_ids)
+    _check_new_locations(state, keyed, existing, fresh_locations)
     out: dict[str, dict[str, Any]] = {}
     for c, spec, key, object_id in keyed:
         table = current.get((c.spec_id, key))
@@ -281,10 +326,16 @@ def _check_new_locations(
     state: NamespaceState,
     keyed: Sequence[tuple[TableCommit, Any, Any, str]],
     existing: Mapping[str, Mapping[str, Any]],
+    fresh_locations: frozenset[str],
 ) -> None:
     """No location a commit gives a table (a new table, or a moved one; ``existing``: the
-    rows the tables have now) may be another manifest row's (two rows sharing a directory)."""
-    wanted = {c.location: oid for c, _, _, oid in keyed if (existing.get(oid) or {}).get("location") != c.location}
+    rows the tables have now) may be another manifest row's (two rows sharing a directory);
+    ``fresh_locations`` are known to be in no row."""
+    wanted = {
+        c.location: oid
+        for c, _, _, oid in keyed
+        if (existing.get(oid) or {}).get("location") != c.location and c.location not in fresh_locations
+    }
     for oid, location in state.location_holders(wanted):
         if wanted[location] != oid:
             raise ConcurrentModification(

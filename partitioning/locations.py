@@ -27,6 +27,7 @@ __all__ = [
     "keyed_hex",
     "keyed_namespace_name",
     "object_id_from_location",
+    "seed_named",
     "spec_id_of",
     "table_directory",
 ]
@@ -108,6 +109,24 @@ class LocationPlanner:
 
     def location(self, key: PartitionKey) -> str:
         return self.place(key)[1]
+
+
+def seed_named(seed: bytes, key: PartitionKey, object_id: str, location: str) -> tuple[list[str], bool]:
+    """What of a new partition's path :class:`LocationPlanner` named under ``seed`` for ``key``.
+
+    Returns the ids (namespaces, then the table) from the first level whose name is
+    :func:`keyed_namespace_name` of ``seed`` down to ``object_id``, and whether ``location``
+    is :func:`table_directory` of that id. Under a secret seed drawn for one write, those
+    names hold about 83 bits no other writer can produce (the spec's random names), so no
+    row of any manifest version can hold them but this write's own commit. A name that only
+    looks new (an existing namespace's, another client's) does not match and is not returned.
+    """
+    parts = object_id.split("$")
+    for level in range(1, len(parts) - 1):
+        if parts[level] == keyed_namespace_name(seed, "$".join(parts[:level]), tuple(key[:level])):
+            named = ["$".join(parts[: depth + 1]) for depth in range(level, len(parts) - 1)]
+            return [*named, object_id], location == table_directory(seed, object_id)
+    return [], False
 
 
 def spec_id_of(object_id: str) -> int:

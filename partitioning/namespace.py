@@ -263,14 +263,19 @@ class PartitionedNamespace:
         replace_all: bool = False,
         write_id: str | None = None,
         operation: Operation | None = None,
+        naming_seed: bytes | None = None,
     ) -> int:
         """One optimistic ``__manifest`` commit based on the state this object last read, recording
         ``operation`` (:meth:`history`). It rewrites the ``v<N>`` row of each spec it touches, so
         two commits based on the same version conflict: the second raises
         :class:`ConcurrentModification` and must be rebased by its caller. ``replace_all``
         removes every partition row not in ``commits`` (overwrite); ``write_id`` is remembered
-        on the ``v<N>`` rows (:meth:`committed_write_ids`)."""
-        return _commits.commit_once(self, commits, replace_all=replace_all, write_id=write_id, operation=operation)
+        on the ``v<N>`` rows (:meth:`committed_write_ids`). ``naming_seed``: the secret seed of
+        a write's :class:`~partitioning.locations.LocationPlanner`, on its first attempt only
+        (:func:`partitioning.commits.commit_once`)."""
+        return _commits.commit_once(
+            self, commits, replace_all=replace_all, write_id=write_id, operation=operation, naming_seed=naming_seed
+        )
 
     def remove_tables(self, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
         """Remove partition tables, and namespaces left without tables, in ONE optimistic

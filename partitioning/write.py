@@ -560,8 +560,13 @@ def commit_write(
     max_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
     operation: Operation | None = None,
+    naming_seed: bytes | None = None,
 ) -> CommitResult:
     """Driver side of a write: dataset commits, then ONE ``__manifest`` commit.
+
+    ``naming_seed`` is the seed the write's :class:`FragmentWriter` named new partitions
+    with (its ``planner.seed``): the first attempt then does not look for those names in
+    ``__manifest``, where nothing can hold them yet (:func:`partitioning.commits.commit_once`).
 
     The commit records ``operation`` (default ``WRITE`` with the mode and write id) with
     the write's metrics added: rows, bytes and files added, partitions touched, created and
@@ -615,7 +620,11 @@ def commit_write(
         recorded = _write_operation(ns, mode, write_id, pending.values(), commits, created, operation)
         try:
             manifest_version = ns.commit_once(
-                commits, replace_all=(mode == "overwrite"), write_id=write_id, operation=recorded.timed(started)
+                commits,
+                replace_all=(mode == "overwrite"),
+                write_id=write_id,
+                operation=recorded.timed(started),
+                naming_seed=naming_seed if attempt == 1 else None,
             )
         except ConcurrentModification as exc:
             last_error = exc
@@ -770,4 +779,5 @@ def write_table(
             schema=writer.schema,
             write_id=write_id,
             max_rows_per_file=max_rows_per_file,
+            naming_seed=writer.planner.seed,
         )

@@ -321,6 +321,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                 schema=self.fragment_writer.schema,
                 write_id=self.write_id,
                 max_rows_per_file=self.max_rows_per_file,
+                naming_seed=self.fragment_writer.planner.seed,
             )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

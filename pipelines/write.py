@@ -260,6 +260,7 @@ def write_partitioned(
                 schema=writer.schema,
                 write_id=write_id,
                 max_rows_per_file=max_rows_per_file,
+                naming_seed=writer.planner.seed,
             )
 
 

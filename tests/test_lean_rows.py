@@ -20,7 +20,7 @@ from wide_namespace import START, day_rows, wide_namespace
 import partitioning.state as state_module
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.errors import ConcurrentModification
-from partitioning.locations import object_id_from_location
+from partitioning.locations import LocationPlanner, keyed_namespace_name, object_id_from_location, seed_named
 from partitioning.manifest import ManifestStore
 from partitioning.state import clear_state_cache
 from partitioning.write import write_table
@@ -77,14 +77,80 @@ def test_a_load_reads_no_rows_and_an_append_into_an_existing_partition_reads_no_
     assert _values(root, START, "C0") == [0, 1, 2, *range(100, 105)]
 
 
-def test_a_new_partition_is_looked_up_by_id_and_lands_once(tmp_path: Path) -> None:
+def _id_or_location_reads(reads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """Reads of the ``object_id`` or ``location`` column (a whole-row read names no columns)."""
+    return [(c, f) for c, f in reads if c is not None and {"object_id", "location"} & set(c)]
+
+
+@pytest.mark.parametrize(("days", "country"), [(400, "NEW"), (3, "NEW")], ids=["new-day", "new-country-of-a-day"])
+def test_a_new_partitions_first_commit_reads_no_id_or_location_and_it_lands_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days: int, country: str
+) -> None:
+    """The write named the new levels under its own secret seed, so nothing can hold them:
+    neither column is read (a new day: both levels new; an existing day: its country level)."""
     root = _wide(tmp_path, 120)
+    day = START + dt.timedelta(days=days)
     ns = PartitionedNamespace.load(root)
-    day = START + dt.timedelta(days=400)
-    write_table(ns, day_rows(day, "NEW", 4))
+    reads = _spy_reads(monkeypatch)
+    write_table(ns, day_rows(day, country, 4))
+    monkeypatch.undo()
+    assert _id_or_location_reads(reads) == []
+    assert all(c is not None or f.startswith("_rowaddr IN") for c, f in reads), reads
     assert sorted(ns._state.manifest.to_pylist(), key=lambda r: r["object_id"]) == _lance_manifest(root)
+    assert _values(root, day, country) == [0, 1, 2, 3]
+    tables = [r for r in _lance_manifest(root) if r["object_type"] == "table"]
+    assert len(tables) == len({r["location"] for r in tables}) == 121
+
+
+def test_a_retried_commit_looks_the_new_names_up_and_they_land_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a lost race the retry does not lean on the write's seed: it looks its new ids
+    and location up, as a commit of unknown origin does."""
+    root = _wide(tmp_path, 120)
+    day = START + dt.timedelta(days=400)
+    ns, other = PartitionedNamespace.load(root), PartitionedNamespace.load(root)
+    original = PartitionedNamespace.commit_once
+    seeds: list[bytes | None] = []
+
+    def race(self: PartitionedNamespace, *args: Any, **kwargs: Any) -> int:
+        if self is ns:
+            seeds.append(kwargs.get("naming_seed"))
+            if len(seeds) == 1:
+                write_table(other, day_rows(START, "C0", 1, first=70))
+        return original(self, *args, **kwargs)
+
+    asked = _spy_location_checks(monkeypatch)
+    monkeypatch.setattr(PartitionedNamespace, "commit_once", race)
+    result = write_table(ns, day_rows(day, "NEW", 4))
+    monkeypatch.undo()
+    assert result.attempts == 2
+    assert len(seeds) == 2 and isinstance(seeds[0], bytes) and seeds[1] is None
+    new = ns.find_partition(1, {"day": day, "country": "NEW"})
+    assert new is not None
+    assert [new.location in a for a in asked] == [False, False, True]  # ns, other, ns's retry
     assert _values(root, day, "NEW") == [0, 1, 2, 3]
-    assert len(PartitionedNamespace.load(root).partitions()) == 121
+    assert _values(root, START, "C0") == [0, 1, 2, 70]
+    tables = [r for r in _lance_manifest(root) if r["object_type"] == "table"]
+    assert len(tables) == len({r["location"] for r in tables}) == 121
+
+
+def test_only_the_names_a_writes_seed_made_count_as_new() -> None:
+    seed, other_seed = b"s" * 32, b"t" * 32
+    existing = {("v1", (START,)): "existingdayname0"}
+    planner = LocationPlanner(1, ("day", "country"), {}, existing, seed)
+    oid, location = planner.place((START, "US"))
+    assert oid == f"v1$existingdayname0${keyed_namespace_name(seed, 'v1$existingdayname0', (START, 'US'))}$dataset"
+    assert seed_named(seed, (START, "US"), oid, location) == ([oid.rsplit("$", 1)[0], oid], True)
+    assert seed_named(seed, (START, "US"), oid, location + "x") == ([oid.rsplit("$", 1)[0], oid], False)
+    assert seed_named(other_seed, (START, "US"), oid, location) == ([], False)
+    assert seed_named(seed, (START, "FR"), oid, location) == ([], False)
+    new_oid, new_location = planner.place((START + dt.timedelta(days=1), "US"))
+    level1 = new_oid.split("$")[1]
+    named, location_named = seed_named(seed, (START + dt.timedelta(days=1), "US"), new_oid, new_location)
+    assert named == [f"v1${level1}", new_oid.rsplit("$", 1)[0], new_oid] and location_named
+    everything_existing = LocationPlanner(1, ("day",), {}, {("v1", (START,)): "existingdayname0"}, seed)
+    assert seed_named(seed, (START,), *everything_existing.place((START,))) == ([], False)
 
 
 def test_a_location_another_row_holds_is_refused_for_a_new_table(tmp_path: Path) -> None:
@@ -150,3 +216,32 @@ def test_planning_a_scan_reads_the_version_whole_once(tmp_path: Path, monkeypatc
         and r["partition_field_day"] == dt.date(2025, 1, 2)
     ]
     assert [t.object_id for t in planned] == expected
+
+
+def _spy_location_checks(monkeypatch: pytest.MonkeyPatch) -> list[set[str]]:
+    asked: list[set[str]] = []
+    holders = state_module.NamespaceState.location_holders
+
+    def spy(state: Any, locations: Any) -> list[tuple[str, str]]:
+        asked.append(set(locations))
+        return holders(state, locations)
+
+    monkeypatch.setattr(state_module.NamespaceState, "location_holders", spy)
+    return asked
+
+
+def test_a_spark_write_of_a_new_partition_does_not_look_its_names_up(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's commit of a Spark write passes its writer's seed on, as ``write_table`` does."""
+    from pipelines import write_partitioned
+
+    root = _wide(tmp_path, 60)
+    day = START + dt.timedelta(days=300)
+    df = spark.createDataFrame(day_rows(day, "SPARK", 3).to_pandas())
+    asked = _spy_location_checks(monkeypatch)
+    write_partitioned(df, root, mode="append")
+    monkeypatch.undo()
+    assert asked == [set()]
+    assert _values(root, day, "SPARK") == [0, 1, 2]
+    assert len(PartitionedNamespace.load(root).partitions()) == 61
