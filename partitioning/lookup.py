@@ -29,6 +29,7 @@ __all__ = [
     "match_table_rows",
     "namespace_mask",
     "namespace_rows",
+    "prefix_mask",
     "rows_by_id",
     "table_rows_for_keys",
 ]
@@ -138,15 +139,24 @@ def namespace_mask(
 ) -> pa.Array:
     """Which rows may be namespaces of ``spec`` above ``keys`` (a superset; ``by_id``: narrowed
     by the ``object_id`` column too, which ``manifest`` then holds)."""
-    columns = [partition_column(f.field_id) for f in spec.fields]
     mask = pc.equal(manifest.column("object_type"), "namespace")
     if by_id:
         mask = pc.and_(mask, pc.starts_with(manifest.column("object_id"), f"v{spec.spec_id}$"))
-    for i, name in enumerate(columns):
-        column = manifest.column(name)
+    around = prefix_mask(manifest, spec, keys)
+    return mask if around is None else pc.and_(mask, around)
+
+
+def prefix_mask(rows: pa.Table, spec: PartitionSpec, keys: Collection[PartitionKey] | None) -> pa.Array | None:
+    """Which rows may hold one of ``keys``, or a prefix of one, in ``spec``'s partition columns
+    (each column a key's value or NULL): the keys' tables and the namespaces above them, a
+    superset whatever their type; None when every row may."""
+    mask = None
+    for i, name in enumerate(partition_column(f.field_id) for f in spec.fields):
+        column = rows.column(name)
         narrowed = _narrowing(column, {k[i] for k in keys}) if keys is not None else None
         if narrowed is not None:
-            mask = pc.and_(mask, pc.or_(narrowed, pc.is_null(column)))
+            around = pc.or_(narrowed, pc.is_null(column))
+            mask = around if mask is None else pc.and_(mask, around)
     return mask
 
 
