@@ -31,7 +31,13 @@ from partitioning.transforms import (
     TruncateTransform,
     YearTransform,
 )
-from pipelines.murmur3 import bucket_column, murmur3_column, murmur3_multi_column, with_murmur3
+from pipelines.murmur3 import (
+    bucket_column,
+    murmur3_column,
+    murmur3_multi_column,
+    native_murmur3_supported,
+    with_murmur3,
+)
 
 __all__ = [
     "bucket",
@@ -43,6 +49,7 @@ __all__ = [
     "murmur3",
     "murmur3_multi",
     "partition_value",
+    "select_partition_columns",
     "transform_column",
     "truncate",
     "with_partition_columns",
@@ -190,6 +197,39 @@ def partition_value(field: PartitionField, schema: NamespaceSchema, df: DataFram
         return transform_column(field.transform, cs, ts)
     assert field.expression is not None
     return _expression_udf(field.expression, result_type)(*cols)
+
+
+def _staged(field: PartitionField, schema: NamespaceSchema, df: DataFrame) -> bool:
+    """Whether the field is a bucket hashed natively in successive projections (:func:`with_murmur3`)."""
+    if not isinstance(field.transform, BucketTransform):
+        return False
+    types = _sources(field, schema, df)[1]
+    return not isinstance(types[0], T.NullType) and native_murmur3_supported(types[0])
+
+
+def select_partition_columns(
+    df: DataFrame,
+    fields: Sequence[PartitionField],
+    schema: NamespaceSchema,
+    keep: Sequence[str],
+    *,
+    prefix: str = "__part_",
+    types: Sequence[T.DataType] | None = None,
+) -> DataFrame:
+    """Columns ``keep`` of ``df`` and one column per partition field, named ``<prefix><field_id>``
+    (cast to ``types`` if given): one projection (one analysis by Spark) unless a field is a
+    bucket hashed in stages, as :func:`with_partition_columns` computes it."""
+    outs = [f"{prefix}{f.field_id}" for f in fields]
+    kept = [F.col(f"`{n}`") for n in keep]
+    casts = list(types) if types is not None else [None] * len(fields)
+    if any(_staged(f, schema, df) for f in fields) or set(outs) & set(df.columns):
+        with_parts = with_partition_columns(df, fields, schema, prefix=prefix)
+        parts = [F.col(o) for o in outs]
+    else:
+        with_parts = df
+        parts = [partition_value(f, schema, df) for f in fields]
+    parts = [p if t is None else p.cast(t) for p, t in zip(parts, casts, strict=True)]
+    return with_parts.select(*kept, *[p.alias(o) for p, o in zip(parts, outs, strict=True)])
 
 
 def with_partition_columns(

@@ -42,7 +42,7 @@ from partitioning.write import (
 from pipelines.schema import is_ml_vector, namespace_schema_from_spark, spark_schema, spark_to_arrow_schema
 from pipelines.session import describe_jobs, driver_root, is_connect
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
-from pipelines.transforms import with_partition_columns
+from pipelines.transforms import select_partition_columns
 
 __all__ = ["conform_dataframe", "merge_spark_schema", "write_fragments", "write_partitioned"]
 
@@ -84,13 +84,16 @@ def conform_dataframe(df: DataFrame, schema: NamespaceSchema) -> DataFrame:
     namespace's, and an impossible or lossy cast fails the write naming the column.
     """
     target = spark_schema(schema)
-    extra = [c for c in df.columns if c not in target.names]
+    source = df.schema
+    extra = [c for c in source.names if c not in target.names]
     if extra:
         raise SchemaError(
             f"column(s) {', '.join(repr(c) for c in extra)} are not in the namespace schema; "
             f"namespace columns are: {', '.join(target.names)}"
         )
-    source_types = {f.name: f.dataType for f in df.schema.fields}
+    if _fits(source, target):
+        return df
+    source_types = {f.name: f.dataType for f in source.fields}
     columns = []
     for f in target.fields:
         if f.name not in source_types:
@@ -106,6 +109,15 @@ def conform_dataframe(df: DataFrame, schema: NamespaceSchema) -> DataFrame:
             ).otherwise(col)
         columns.append(col.alias(f.name))
     return df.select(*columns)
+
+
+def _fits(source: T.StructType, target: T.StructType) -> bool:
+    """Whether ``source`` is already ``target``: the same columns in the same order and of the
+    same types, none nullable where the target is not (whose NULL check Spark would drop)."""
+    return len(source.fields) == len(target.fields) and all(
+        s.name == t.name and s.dataType == t.dataType and (t.nullable or not s.nullable)
+        for s, t in zip(source.fields, target.fields, strict=True)
+    )
 
 
 @contextmanager
@@ -306,28 +318,32 @@ def write_fragments(
     """
     current = ns.current_spec
     nschema = ns.namespace_schema
-    keyed = with_partition_columns(conform_dataframe(df, nschema), current.fields, nschema, prefix=PART_PREFIX)
+    conformed = conform_dataframe(df, nschema)
     part_fields = [(f.field_id, f.arrow_result_type(nschema)) for f in current.fields]
-    keyed = keyed.select(
-        *[F.col(f"`{n}`") for n in nschema.arrow.names],
-        *[F.col(part_column(fid)).cast(from_arrow_type(t)).alias(part_column(fid)) for fid, t in part_fields],
-    )
     names = [part_column(fid) for fid, _ in part_fields]
+
+    def keyed(data_columns: Sequence[str]) -> DataFrame:
+        """``data_columns`` of ``conformed`` and the partition columns, computed in the JVM."""
+        types = [from_arrow_type(t) for _, t in part_fields]
+        return select_partition_columns(
+            conformed, current.fields, nschema, data_columns, prefix=PART_PREFIX, types=types
+        )
+
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if cluster and names and plan_layout:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: plan the write ({label})"):
-            cluster = not _few_partitions(keyed, names, max_open_writers, current.max_values(nschema))
+            cluster = not _few_partitions(conformed, keyed(()), max_open_writers, current.max_values(nschema))
     if cluster and names:
         # Each task holds the partitions hashed to it, unsorted: the writer buffers them all
         # (one fragment per partition per task) up to ``max_rows_per_file`` rows in total,
         # then flushes its largest buffer.
-        keyed = keyed.repartition(*names)
+        data = keyed(nschema.arrow.names).repartition(*names)
         open_writers, budget, derive = _MANY_WRITERS, max_rows_per_file, False
     else:
         # No shuffle needs the partition values in the JVM: the writer computes them with the
         # Arrow transforms (the same values, tested row for row), which costs less than
         # projecting and shipping them.
-        keyed = keyed.select(*[F.col(f"`{n}`") for n in nschema.arrow.names])
+        data = conformed
         open_writers, budget, derive = max_open_writers, (max_rows_per_file if plan_layout else None), True
     writer = FragmentWriter.for_namespace(
         ns,
@@ -342,7 +358,7 @@ def write_fragments(
         return writer(batches)
 
     with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
-        messages = keyed.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
+        messages = data.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
     return messages, writer
 
 
@@ -356,17 +372,18 @@ _UNKNOWN_SIZE = (1 << 63) - 1  # Spark's estimate for what it cannot size (a Pyt
 _MANY_WRITERS = 1 << 20
 
 
-def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: int, bound: int | None) -> bool:
-    """Whether the first :data:`SAMPLE_ROWS` rows (Spark's ``take``) hold at most
-    ``max_open_writers`` partition values, with the data at least that large.
+def _few_partitions(data: DataFrame, keys: DataFrame, max_open_writers: int, bound: int | None) -> bool:
+    """Whether the first :data:`SAMPLE_ROWS` rows of ``keys`` (``data``'s partition values;
+    Spark's ``take``) hold at most ``max_open_writers`` partition values, with the data at
+    least that large.
 
-    Small data is clustered (one fragment per partition). Not sampled when ``keyed``'s
+    Small data is clustered (one fragment per partition). Not sampled when ``data``'s
     plan has a shuffle (the sample would run it once more) or cannot be inspected, nor
     when the spec cannot produce more than ``max_open_writers`` values (``bound``) and
-    Spark's estimate of the input is at least :data:`LARGE_INPUT_BYTES` (then it is few)."""
-    if is_connect(keyed.sparkSession):
+    Spark's estimate of ``data`` is at least :data:`LARGE_INPUT_BYTES` (then it is few)."""
+    if is_connect(data.sparkSession):
         return False
-    execution = keyed._jdf.queryExecution()  # classic-only (guarded by is_connect)
+    execution = data._jdf.queryExecution()  # classic-only (guarded by is_connect)
     if "Exchange" in str(execution.executedPlan().toString()):
         return False
     if bound is not None and bound <= max_open_writers:
@@ -376,9 +393,9 @@ def _few_partitions(keyed: DataFrame, names: Sequence[str], max_open_writers: in
     # Spark's take reads the first input task's rows (more tasks only when it holds too few)
     # with no shuffle, and the distinct keys are counted where the rows are, in the JVM:
     # 94 ms against 146 ms for a limit collected as Arrow (1M cached rows, one value).
-    rows = keyed.select(*names)._jdf.take(SAMPLE_ROWS)  # classic-only (guarded by is_connect)
+    rows = keys._jdf.take(SAMPLE_ROWS)  # classic-only (guarded by is_connect)
     if len(rows) < SAMPLE_ROWS:
         return False
-    jvm = keyed.sparkSession._jvm  # classic-only (guarded by is_connect)
+    jvm = keys.sparkSession._jvm  # classic-only (guarded by is_connect)
     distinct = jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(rows).distinct()
     return int(distinct.size()) <= max_open_writers

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 import pipelines.write as pw
 from partitioning import NamespaceSchema, PartitionField, PartitionSpec
+from partitioning.errors import SchemaError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.schema import field_id_of
 from partitioning.write import FragmentWriter, commit_write, part_column, write_table
@@ -310,3 +311,26 @@ def test_input_tasks_place_every_row_where_the_shuffle_does(spark: SparkSession,
         spark.conf.set("spark.sql.session.timeZone", old)
     assert sorted(placed[False]) == list(range(len(rows)))
     assert placed[False] == placed[True]
+
+
+def test_a_dataframe_that_fits_the_namespace_is_written_without_a_projection(spark: SparkSession, tmp_path: Path):
+    """No projection when the columns, their order and types are the namespace's; a nullable
+    source going into a non-nullable column is still checked (Spark drops the check only for
+    a source that cannot be NULL), and columns in another order are still matched by name."""
+    from pipelines.write import conform_dataframe
+
+    root = str(tmp_path / "ns")
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
+    PartitionedNamespace.create(root, arrow, ["country"])
+    schema = PartitionedNamespace.load(root).namespace_schema
+    fits = spark.range(4).select("id", F.lit("US").alias("country"))
+    assert conform_dataframe(fits, schema) is fits
+    reordered = fits.select("country", "id")
+    assert conform_dataframe(reordered, schema) is not reordered
+    write_partitioned(reordered, root)
+    nullable = spark.createDataFrame([(5, "US"), (None, "US")], "id long, country string")
+    assert conform_dataframe(nullable, schema) is not nullable
+    with pytest.raises(SchemaError, match="column 'id' is not nullable but the input has NULL") as info:
+        write_partitioned(nullable, root)
+    assert "\n" not in str(info.value)
+    assert _ids(PartitionedNamespace.load(root)) == [0, 1, 2, 3]
