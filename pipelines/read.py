@@ -22,12 +22,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from partitioning.binding import bind
 from partitioning.errors import InvalidInput, SchemaError, first_line
-from partitioning.filters import parse_filter, referenced_columns
+from partitioning.filters import TrueFilter, parse_filter, referenced_columns
 from partitioning.history import version_at
 from partitioning.namespace import PartitionedNamespace
 from partitioning.scan import ScanPlan
 from partitioning.storage import storage_option_pairs
 from pipelines.datasource import register_data_source
+from pipelines.local_read import local_dataframe
 from pipelines.read_options import dialect_options, read_schema, session_dialect
 from pipelines.reader import LanceInputPartition, LancePartitionedReader, TableSlice, read_table
 from pipelines.session import driver_root
@@ -111,11 +112,14 @@ def read_partitioned_with_plan(
         reader = reader.option("prune_filter", filter)
         for key, value in dialect_options(dialect).items():
             reader = reader.option(key, value)
+    wanted: list[str] | None = None
     if columns:
         extra = referenced_columns(filter, names, dialect.case_sensitive, dialect)
         wanted = list(dict.fromkeys([*columns, *extra]))
         reader = reader.option("columns", ",".join(wanted))
-    df = reader.load(ns.root)
+    scan_filter = bind(parsed, ns.namespace_schema.arrow, dialect) if parsed is not None else TrueFilter()
+    local = local_dataframe(spark, ns, plan.tasks, read_schema(ns.namespace_schema, wanted), scan_filter)
+    df = local if local is not None else reader.load(ns.root)
     if filter is not None and filter.strip():
         try:
             df = df.where(filter)

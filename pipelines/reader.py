@@ -70,6 +70,7 @@ __all__ = [
     "TableSlice",
     "dialect_from_options",
     "from_spark_filter",
+    "read_slice",
     "read_table",
 ]
 
@@ -262,28 +263,15 @@ class LancePartitionedReader(DataSourceReader):
         if not isinstance(partition, LanceInputPartition):
             return
         for piece in partition.slices:
-            try:
-                dataset = open_partition_table(
-                    piece.uri, piece.read_version, piece.read_branch, piece.read_tag, self.storage_options
-                )
-                yield from read_table(
-                    dataset,
-                    piece,
-                    self.namespace_schema,
-                    self.output,
-                    self.scan_filter,
-                    exact=self.exact,
-                    row_address=self.row_address,
-                )
-            except PartitioningError as exc:
-                hide_worker_traceback()
-                if piece.object_id in str(exc):
-                    raise
-                raise type(exc)(f"read partition table {piece.object_id}: {exc}") from exc
-            except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
-                hide_worker_traceback()
-                message = f"read partition table {piece.object_id} ({piece.uri}): {first_line(exc)}"
-                raise PartitioningError(message) from exc
+            yield from read_slice(
+                piece,
+                self.namespace_schema,
+                self.output,
+                self.scan_filter,
+                exact=self.exact,
+                row_address=self.row_address,
+                storage_options=self.storage_options,
+            )
 
 
 class PerScanPushdownReader(LancePartitionedReader):
@@ -339,6 +327,33 @@ def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
     if value < 1:
         raise InvalidInput(f"option {key} must be a positive integer, got {text!r}")
     return value
+
+
+def read_slice(
+    piece: TableSlice,
+    schema: NamespaceSchema,
+    output: Sequence[str],
+    scan_filter: Filter,
+    *,
+    exact: Filter | None = None,
+    row_address: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """:func:`read_table` of one slice, opened at its version; any error is one line naming the table."""
+    try:
+        dataset = open_partition_table(
+            piece.uri, piece.read_version, piece.read_branch, piece.read_tag, storage_options
+        )
+        yield from read_table(dataset, piece, schema, output, scan_filter, exact=exact, row_address=row_address)
+    except PartitioningError as exc:
+        hide_worker_traceback()
+        if piece.object_id in str(exc):
+            raise
+        raise type(exc)(f"read partition table {piece.object_id}: {exc}") from exc
+    except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
+        hide_worker_traceback()
+        message = f"read partition table {piece.object_id} ({piece.uri}): {first_line(exc)}"
+        raise PartitioningError(message) from exc
 
 
 def read_table(

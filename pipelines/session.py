@@ -38,6 +38,7 @@ from partitioning.storage import is_uri, resolve_root
 
 __all__ = [
     "active_session",
+    "active_session_kept",
     "build_session",
     "check_root_for_master",
     "check_source_root",
@@ -364,12 +365,25 @@ def _register_classic(spark: SparkSession, source: type) -> None:
     (``spark.newSession()``) could not register a format its parent already has:
     DATA_SOURCE_ALREADY_EXISTS. Made active, it is checked against its own.
     """
-    jvm_session = spark._jvm.org.apache.spark.sql.SparkSession  # type: ignore[attr-defined]  # classic-only (guarded by is_connect)
-    previous = jvm_session.getActiveSession()
-    jvm_session.setActiveSession(spark._jsparkSession)
-    try:
+    with active_session_kept(spark):
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[attr-defined]  # classic-only (guarded by is_connect)
         spark.dataSource.register(source)
+
+
+@contextmanager
+def active_session_kept(spark: SparkSession) -> Iterator[None]:
+    """Whatever runs inside leaves the active session (the JVM's and PySpark's) as it was:
+    ``spark.createDataFrame`` makes ``spark`` active, which a library call must not do to
+    its caller (``build_session`` and ``getActiveSession`` would return another session)."""
+    if is_connect(spark):
+        yield
+        return
+    jvm_session = spark._jvm.org.apache.spark.sql.SparkSession  # type: ignore[attr-defined]  # classic-only (guarded by is_connect)
+    previous, python_active = jvm_session.getActiveSession(), SparkSession._activeSession
+    try:
+        yield
     finally:
+        SparkSession._activeSession = python_active
         if previous.isDefined():
             jvm_session.setActiveSession(previous.get())
         else:

@@ -23,11 +23,13 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+import pipelines.local_read as local_read
 from partitioning.manifest import ManifestStore
 from pipelines import compact, delete_rows, join_partitioned, read_partitioned, write_partitioned
 
 ORDERS = [(i, ["US", "CN", "DE"][i % 3], i * 10) for i in range(60)]
 CUSTOMERS = [(c, f"name{c}") for c in ["US", "CN", "DE", "FR"]]
+LOCAL_ROWS = local_read.LOCAL_MAX_ROWS
 
 
 def _lance_rows(root: str) -> list[tuple[Any, ...]]:
@@ -93,6 +95,14 @@ def main(work: str) -> int:
         check("read", sorted(tuple(r) for r in read_partitioned(spark, "rel/orders").collect()), sorted(ORDERS))
         us = sorted(tuple(r) for r in read_partitioned(spark, "rel/orders", filter="country = 'US'").collect())
         check("pruned read", us, sorted(r for r in ORDERS if r[1] == "US"))
+        local_read.LOCAL_MAX_ROWS = 0  # read by the executors' tasks, as a read over the local bounds is
+        try:
+            by_tasks = sorted(
+                tuple(r) for r in read_partitioned(spark, "rel/orders", filter="country = 'US'").collect()
+            )
+        finally:
+            local_read.LOCAL_MAX_ROWS = LOCAL_ROWS
+        check("pruned read by the executors", by_tasks, us)
         timings["write and read"] = time.monotonic() - t
 
         t = time.monotonic()
