@@ -5,14 +5,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SPARK_SUBMIT := $(VENV)/bin/spark-submit
+# the reference murmur3 as a Java UDF (java/); pipelines.session adds it to spark.jars
+JAR := build/lance-partitioned-udfs.jar
 # JDK 17 prints this for Spark's --add-modules=jdk.incubator.vector and has no flag to stop it
 QUIET_JVM := 2> >(grep -v --line-buffered '^WARNING: Using incubator modules: jdk.incubator.vector$$' >&2)
 SUBMIT := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
-	--master local[2] --properties-file spark-conf/spark-defaults.conf
+	--master local[2] --properties-file spark-conf/spark-defaults.conf --jars $(JAR)
 
 .PHONY: setup run test test-slow lint bench bench-slow clean java
 
-setup: $(STAMP)
+setup: $(STAMP) $(JAR)
 
 $(STAMP): setup.cfg pyproject.toml
 	@$(MAKE) --no-print-directory java
@@ -22,22 +24,30 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 java:
-	@if ! command -v java >/dev/null 2>&1; then \
-		echo "java not found: installing openjdk-17-jre-headless"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+	@if ! command -v javac >/dev/null 2>&1; then \
+		echo "javac not found: installing openjdk-17-jdk-headless"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless; \
 	fi
 	@java -version 2>&1 | head -1
 
-run: $(STAMP)
+$(JAR): $(STAMP) $(wildcard java/lance_partitioned/*.java)
+	@$(MAKE) --no-print-directory java
+	rm -rf build/classes && mkdir -p build/classes
+	javac --release 17 -Xlint:all,-path -Werror -d build/classes \
+		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+		java/lance_partitioned/*.java
+	jar --create --file $@ -C build/classes .
+
+run: $(STAMP) $(JAR)
 	$(SUBMIT) jobs/demo.py --root warehouse/events $(QUIET_JVM)
 	$(SUBMIT) jobs/query.py --root warehouse/events --columns event_id ts country amount --show 5 \
 		--filter "country = 'US' AND ts >= TIMESTAMP '2025-12-11T00:00:00Z' AND ts < TIMESTAMP '2025-12-12T00:00:00Z'" \
 		$(QUIET_JVM)
 
-test: $(STAMP)
+test: $(STAMP) $(JAR)
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(JAR)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
@@ -45,11 +55,11 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check partitioning pipelines jobs tests benchmarks
 	$(PY) -m mypy partitioning
 
-bench: $(STAMP)
+bench: $(STAMP) $(JAR)
 	$(PY) -m pytest -q -m "bench and not slow" benchmarks -s -p no:cacheprovider
 
-bench-slow: $(STAMP)
+bench-slow: $(STAMP) $(JAR)
 	$(PY) -m pytest -q -m "bench and slow" benchmarks -s -p no:cacheprovider
 
 clean:
-	rm -rf warehouse .pytest_cache .mypy_cache .ruff_cache
+	rm -rf warehouse build .pytest_cache .mypy_cache .ruff_cache

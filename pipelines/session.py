@@ -59,6 +59,8 @@ __all__ = [
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
 DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
+# Built by `make` from java/: the reference murmur3 as a Java UDF (pipelines.murmur3).
+UDF_JAR = Path(__file__).resolve().parent.parent / "build" / "lance-partitioned-udfs.jar"
 # A conf key and the environment variable that sets the same interpreter.
 _PYTHON_KEYS = {"spark.pyspark.python": "PYSPARK_PYTHON", "spark.pyspark.driver.python": "PYSPARK_DRIVER_PYTHON"}
 _SUBMIT_FLAGS = {
@@ -104,13 +106,16 @@ def read_spark_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
 
 
 def session_conf(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """spark-defaults.conf with the interpreter and log4j paths made absolute. Installed from
-    a wheel (EMR, Databricks) there is no ``spark-conf/``: only the interpreter is set."""
+    """spark-defaults.conf with the interpreter and log4j paths made absolute, and the UDF
+    jar where `make` built it. Installed from a wheel (EMR, Databricks) there is no
+    ``spark-conf/`` and no jar: only the interpreter is set."""
     conf = read_spark_defaults() if DEFAULTS_FILE.is_file() else {}
     conf["spark.pyspark.python"] = sys.executable
     conf["spark.pyspark.driver.python"] = sys.executable
     if (CONF_DIR / "log4j2.properties").is_file():
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={CONF_DIR / 'log4j2.properties'}"
+    if UDF_JAR.is_file():
+        conf["spark.jars"] = str(UDF_JAR)
     conf.update(extra or {})
     return conf
 

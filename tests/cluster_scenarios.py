@@ -19,13 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import lance
+import mmh3
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 import pipelines.local_read as local_read
+import pipelines.murmur3 as sm3
 from partitioning.manifest import ManifestStore
 from pipelines import compact, delete_rows, join_partitioned, read_partitioned, write_partitioned
+from pipelines.session import UDF_JAR
 
 ORDERS = [(i, ["US", "CN", "DE"][i % 3], i * 10) for i in range(60)]
 CUSTOMERS = [(c, f"name{c}") for c in ["US", "CN", "DE", "FR"]]
@@ -81,6 +85,7 @@ def main(work: str) -> int:
         .config("spark.sql.execution.python.udf.maxRecordsPerBatch", "1")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.pyspark.python", sys.executable)
+        .config("spark.jars", str(UDF_JAR))
         .getOrCreate()
     )
     timings["start"] = time.monotonic() - start
@@ -120,6 +125,15 @@ def main(work: str) -> int:
         check("join columns", joined.columns, oracle.columns)
         check("join rows", sorted(tuple(r) for r in joined.collect()), sorted(tuple(r) for r in oracle.collect()))
         timings["join"] = time.monotonic() - t
+
+        t = time.monotonic()
+        check("java murmur3 registered", sm3.java_murmur3(spark), True)
+        words = [None, "", *(f"user_{i}" * (i % 4) + "é" * (i % 3) for i in range(1, 40))]
+        strings = spark.createDataFrame(list(enumerate(words)), "i int, s string").repartition(2)
+        hashed = sm3.with_murmur3(strings, F.col("s"), "h", T.StringType()).select("i", "h")
+        want = [(i, None if w is None else mmh3.hash(w.encode(), 0, signed=True)) for i, w in enumerate(words)]
+        check("java murmur3 on the executors", sorted(tuple(r) for r in hashed.collect()), want)
+        timings["java murmur3"] = time.monotonic() - t
 
         t = time.monotonic()
 

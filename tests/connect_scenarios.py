@@ -21,10 +21,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import lance
+import mmh3
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from search_data import DIM, brute_force, create, data_of, make_table
 
 from jobs import compact as compact_job
@@ -47,6 +50,7 @@ from pipelines import (
     vacuum,
     write_partitioned,
 )
+from pipelines import murmur3 as sm3
 from pipelines.indexes import create_vector_index
 from pipelines.join import join_partitioned_with_plan
 from pipelines.search import knn_join, search_partitioned
@@ -134,6 +138,12 @@ def session_checks(spark: Any) -> None:
     check("PYSPARK_SUBMIT_ARGS --conf wins", spark.conf.get("spark.sql.shuffle.partitions"), "5")
     check("workers run the user's PYSPARK_PYTHON", worker_marker(spark), "wrapped")
     check("defaults fill what the user did not set", spark.conf.get("spark.sql.session.timeZone"), "UTC")
+    check("the Java murmur3 UDF is registered", sm3.java_murmur3(spark), True)
+    words = [None, "", "a", "ab", "abc", "abcd", "Straße", "user_12345"]
+    df = spark.createDataFrame(list(enumerate(words)), "i int, s string")
+    hashed = sorted(tuple(r) for r in sm3.with_murmur3(df, F.col("s"), "h", T.StringType()).select("i", "h").collect())
+    want = [(i, None if w is None else mmh3.hash(w.encode(), 0, signed=True)) for i, w in enumerate(words)]
+    check("the Java murmur3 UDF on Connect", hashed, want)
 
 
 def writes(spark: Any) -> None:

@@ -1,18 +1,31 @@
-"""The JVM-native string/binary murmur3 (one ``hash()`` of the zero-padded value) against mmh3."""
+"""The JVM string/binary murmur3 against mmh3, both ways a session can compute it: the Java
+UDF (the jar `make` builds) and one ``hash()`` of the zero-padded value (no jar)."""
 
 from __future__ import annotations
 
 import mmh3
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipelines import murmur3 as sm3
+from pipelines.session import UDF_JAR, active_session_kept
 
 _ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=40)
 _UNICODE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
 _SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(params=["java", "padded"])
+def path(request, spark):
+    """The test session with the Java UDF, or told it has none (as a session without the jar is)."""
+    assert sm3.java_murmur3(spark), f"the test session has no {sm3.JAVA_UDF}: `make` builds {UDF_JAR}"
+    if request.param == "padded":
+        spark.conf.set(sm3.JAVA_MARKER, "unavailable")
+    yield request.param
+    spark.conf.set(sm3.JAVA_MARKER, "registered")
 
 
 def _expected(raw: list[bytes | None]) -> list[int | None]:
@@ -21,13 +34,15 @@ def _expected(raw: list[bytes | None]) -> list[int | None]:
 
 def _staged(df, spark_type: T.DataType) -> list[int | None]:
     out = sm3.with_murmur3(df, F.col("v"), "h", spark_type)
-    assert not [c for c in out.columns if c.startswith("__m3_")]
+    assert out.columns == [*df.columns, "h"]
+    plan = out._jdf.queryExecution().analyzed().toString()
+    assert (sm3.JAVA_UDF in plan) == sm3.java_murmur3(df.sparkSession), plan
     return [r.h for r in out.orderBy("i").select("h").collect()]
 
 
 @_SETTINGS
 @given(values=st.lists(st.one_of(st.none(), _ASCII, _UNICODE), max_size=40))
-def test_padded_string_hash_matches_mmh3(spark, values):
+def test_string_hash_matches_mmh3(spark, path, values):
     """ASCII and multi-byte UTF-8, every length 0..40 mod 4, NULL."""
     df = spark.createDataFrame(list(enumerate(values)), "i int, v string")
     assert _staged(df, T.StringType()) == _expected([None if v is None else v.encode() for v in values])
@@ -35,14 +50,14 @@ def test_padded_string_hash_matches_mmh3(spark, values):
 
 @_SETTINGS
 @given(values=st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=40))
-def test_padded_binary_hash_matches_mmh3(spark, values):
+def test_binary_hash_matches_mmh3(spark, path, values):
     """Arbitrary bytes, including zero bytes and bytes >= 0x80 in the tail (Spark sign-extends those)."""
     rows = [(i, None if v is None else bytearray(v)) for i, v in enumerate(values)]
     df = spark.createDataFrame(rows, "i int, v binary")
     assert _staged(df, T.BinaryType()) == _expected(values)
 
 
-def test_every_length_and_tail_byte(spark):
+def test_every_length_and_tail_byte(spark, path):
     """Lengths 0..40 and trailing zero / 0xff bytes, which a padding scheme could confuse."""
     raw = [bytes(range(1, n + 1)) for n in range(41)] + [b"\x00", b"a\x00", b"ab\x00\x00", b"\xff", b"\xff\xff\xff"]
     df = spark.createDataFrame([(i, bytearray(v)) for i, v in enumerate(raw)], "i int, v binary")
@@ -52,7 +67,7 @@ def test_every_length_and_tail_byte(spark):
     assert _staged(sdf, T.StringType()) == _expected([v.encode() for v in text])
 
 
-def test_collated_string_hashes_its_utf8_bytes(spark):
+def test_collated_string_hashes_its_utf8_bytes(spark, path):
     """A UTF8_LCASE column: Spark's hash() would fold case; the spec hashes the bytes."""
     values = ["US", "us", "Straße", "", None]
     df = spark.createDataFrame(list(enumerate(values)), "i int, v string").select(
@@ -71,3 +86,15 @@ def test_bucket_column_of_negative_hashes(spark):
         for hashed in ("h", F.col("h")):
             got = [r.b for r in df.orderBy("i").select(sm3.bucket_column(hashed, n).alias("b")).collect()]
             assert got == [abs(h) % n for h in hashes], (n, hashed)
+
+
+def test_a_session_without_the_class_uses_the_padded_path(spark, monkeypatch):
+    """A class the session cannot load (no jar on its classpath) is one try, then the padded path."""
+    monkeypatch.setattr(sm3, "_JAVA_CLASS", "lance_partitioned.NotOnTheClasspath")
+    values = ["", "a", "abcde", "Straße", None]
+    with active_session_kept(spark):
+        other = spark.newSession()
+        assert not sm3.java_murmur3(other)
+        assert other.conf.get(sm3.JAVA_MARKER) == "unavailable"
+        df = other.createDataFrame(list(enumerate(values)), "i int, v string")
+        assert _staged(df, T.StringType()) == _expected([None if v is None else v.encode() for v in values])

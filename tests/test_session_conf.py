@@ -126,6 +126,7 @@ def test_session_conf_without_the_repositorys_spark_conf(tmp_path, monkeypatch) 
 
     monkeypatch.setattr(session, "CONF_DIR", tmp_path / "spark-conf")
     monkeypatch.setattr(session, "DEFAULTS_FILE", tmp_path / "spark-conf" / "spark-defaults.conf")
+    monkeypatch.setattr(session, "UDF_JAR", tmp_path / "build" / "lance-partitioned-udfs.jar")
     assert session.session_conf() == {
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
