@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import lance
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -54,14 +55,15 @@ def local_dataframe(
         return None
     output = list(schema.names)
     try:
-        if not _small(ns, tasks):
+        datasets = [
+            open_partition_table(t.uri, t.read_version, t.read_branch, t.read_tag, ns.storage_options) for t in tasks
+        ]
+        if not _small(datasets):
             return None
         batches = [
             batch
-            for task in tasks
-            for batch in read_slice(
-                TableSlice.of(task), ns.namespace_schema, output, scan_filter, storage_options=ns.storage_options
-            )
+            for task, dataset in zip(tasks, datasets, strict=True)
+            for batch in read_slice(TableSlice.of(task), ns.namespace_schema, output, scan_filter, dataset=dataset)
         ]
     except PartitioningError as exc:
         log.debug(
@@ -78,12 +80,11 @@ def local_dataframe(
         return spark.createDataFrame(table, schema=schema)
 
 
-def _small(ns: PartitionedNamespace, tasks: Sequence[ScanTask]) -> bool:
+def _small(datasets: Sequence[lance.LanceDataset]) -> bool:
     """Whether the tables hold at most :data:`LOCAL_MAX_ROWS` rows and :data:`LOCAL_MAX_BYTES`
     bytes of data files, as their fragment metadata records (before deletions and filters)."""
     rows = size = 0
-    for task in tasks:
-        dataset = open_partition_table(task.uri, task.read_version, task.read_branch, task.read_tag, ns.storage_options)
+    for dataset in datasets:
         for fragment in dataset.get_fragments():
             meta = fragment.metadata
             sizes = [f.file_size_bytes for f in meta.files]

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from partitioning.binding import bind
 from partitioning.errors import InvalidInput, SchemaError, first_line
-from partitioning.filters import TrueFilter, parse_filter, referenced_columns
+from partitioning.filters import Filter, TrueFilter, parse_filter, referenced_columns
 from partitioning.history import version_at
 from partitioning.namespace import PartitionedNamespace
 from partitioning.scan import ScanPlan
@@ -102,8 +102,9 @@ def read_partitioned_with_plan(
     reader = spark.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
     reader = reader.options(**storage_option_pairs(ns.storage_options))
     parsed = parse_filter(filter, dialect, strict=False) if filter is not None and filter.strip() else None
+    bound: Filter = TrueFilter()
     if parsed is not None:
-        bind(parsed, ns.schema, dialect)  # unknown columns: one line
+        bound = bind(parsed, ns.schema, dialect)  # unknown columns: one line
     # planned here, so a damaged __manifest row the scan needs is one line now, not a Spark
     # planning error at the first action; the data source plans the same tables again
     plan = ns.plan_scan(parsed, dialect=dialect)
@@ -117,8 +118,7 @@ def read_partitioned_with_plan(
         extra = referenced_columns(filter, names, dialect.case_sensitive, dialect)
         wanted = list(dict.fromkeys([*columns, *extra]))
         reader = reader.option("columns", ",".join(wanted))
-    scan_filter = bind(parsed, ns.namespace_schema.arrow, dialect) if parsed is not None else TrueFilter()
-    local = local_dataframe(spark, ns, plan.tasks, read_schema(ns.namespace_schema, wanted), scan_filter)
+    local = local_dataframe(spark, ns, plan.tasks, read_schema(ns.namespace_schema, wanted), bound)
     df = local if local is not None else reader.load(ns.root)
     if filter is not None and filter.strip():
         try:

@@ -338,12 +338,15 @@ def read_slice(
     exact: Filter | None = None,
     row_address: bool = False,
     storage_options: Mapping[str, str] | None = None,
+    dataset: lance.LanceDataset | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`read_table` of one slice, opened at its version; any error is one line naming the table."""
+    """:func:`read_table` of one slice, opened at its version unless ``dataset`` is that
+    table already; any error is one line naming the table."""
     try:
-        dataset = open_partition_table(
-            piece.uri, piece.read_version, piece.read_branch, piece.read_tag, storage_options
-        )
+        if dataset is None:
+            dataset = open_partition_table(
+                piece.uri, piece.read_version, piece.read_branch, piece.read_tag, storage_options
+            )
         yield from read_table(dataset, piece, schema, output, scan_filter, exact=exact, row_address=row_address)
     except PartitioningError as exc:
         hide_worker_traceback()
