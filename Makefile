@@ -31,7 +31,7 @@ java:
 	@java -version 2>&1 | head -1
 
 $(JAR): $(STAMP) $(wildcard java/lance_partitioned/*.java)
-	@$(MAKE) --no-print-directory java
+	@command -v javac >/dev/null 2>&1 || $(MAKE) --no-print-directory java
 	rm -rf build/classes && mkdir -p build/classes
 	javac --release 17 -Xlint:all,-path -Werror -d build/classes \
 		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
