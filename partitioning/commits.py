@@ -9,8 +9,11 @@ these functions.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -18,9 +21,11 @@ import lance
 import pyarrow as pa
 
 from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
+from partitioning.guard import Guard, Reference, guarded
 from partitioning.history import Operation
+from partitioning.intents import INTENT_KEY, Intent, IntentWait, blocking, intents_in, wait_until_released, with_intents
 from partitioning.locations import object_id_from_location, seed_named, spec_id_of
-from partitioning.manifest import ManifestStore, partition_column
+from partitioning.manifest import ManifestStore, partition_column, table_uri
 from partitioning.state import ManifestHandle, NamespaceState, TableCommit, state_after_merge, state_after_rewrite
 from partitioning.transforms import canonical_float
 from partitioning.upkeep import fold_merge, maybe_compact_manifest
@@ -74,7 +79,7 @@ def merge_manifest_rows(
 def commit_metadata(
     store: ManifestStore,
     base: lance.LanceDataset,
-    properties: Mapping[str, str],
+    properties: Mapping[str, str | None],
     operation: Operation | None,
     *,
     replace: bool = False,
@@ -111,9 +116,22 @@ def commit_once(
     write_id: str | None,
     operation: Operation | None = None,
     naming_seed: bytes | None = None,
+    guard: Guard | None = None,
+    intent: Intent | None = None,
 ) -> int:
     """One optimistic commit of ``commits`` on the state ``ns`` last read, recording
     ``operation`` (:mod:`partitioning.history`); the new manifest version.
+
+    Another operation's live intent (:mod:`partitioning.intents`) on a table ``commits``
+    touch (or on any table, when ``commits`` create one) makes this commit wait for it to
+    end and then raise :class:`~partitioning.intents.IntentWait`, so the caller rebases.
+    ``intent`` is the committer's own: it is not waited for, and this commit removes it.
+
+    The commit goes through the protected path (:mod:`partitioning.guard`): ``guard`` is
+    the operation's (whose lease it took before reading what it builds on); without one,
+    a guard of its own is taken for the commit. Either way, right before the ``__manifest``
+    commit it waits for vacuums that may not have seen the lease and, if one ran, checks
+    every table version ``commits`` point at.
 
     ``naming_seed``: the secret seed the write named its new partitions with, given only
     while nothing of the write can be in ``__manifest`` yet (a write's first attempt). The
@@ -121,22 +139,98 @@ def commit_once(
     to be in no row, so they are not looked up: a new partition's commit reads neither
     the ``object_id`` nor the ``location`` column of a large manifest."""
     state = ns._state
-    if replace_all:
+    fresh = _seed_named(state, commits, naming_seed)
+    touched = {c.object_id or object_id_from_location(c.location) for c in commits}
+    _wait_for_intents(
+        ns, touched, lambda: replace_all or bool(touched - set(state.rows_for(touched - fresh[0]))), intent
+    )
+    if replace_all or intent is not None:
         spec_ids = set(state.specs)
     else:
         spec_ids = {c.spec_id for c in commits} or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
-    fresh = _seed_named(state, commits, naming_seed)
     rows = commit_rows(state, commits, base.schema.names, fresh=fresh)
-    rows.extend(lock_rows(state, spec_ids, write_id))
+    rows.extend(lock_rows(state, spec_ids, write_id, clear_intent=intent.token if intent is not None else None))
     table = pa.Table.from_pylist(rows, schema=base.schema)
-    return _commit(ns, base, table, operation, replace_all=replace_all, fresh_ids=fresh[0])
+    refs = [
+        Reference(oid, table_uri(ns.root, oid, c.location), c.read_version)
+        for c in commits
+        for oid in [c.object_id or object_id_from_location(c.location)]
+    ]
+    with _guard_of(ns, guard) as g:
+        g.before_commit(refs)
+        return _commit(ns, base, table, operation, replace_all=replace_all, fresh_ids=fresh[0])
 
 
-def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
-    """Remove tables, and namespaces left without tables, in one optimistic commit."""
+def _wait_for_intents(ns: ManifestHandle, touched: set[str], creates: Callable[[], bool], own: Intent | None) -> None:
+    """Wait for a live intent of another operation that this commit would break, then raise
+    :class:`IntentWait` (the caller rebases on the state after it)."""
+    now = dt.datetime.now(dt.UTC)
+    live = [i for i in _intents(ns._state) if i.live(now) and (own is None or i.token != own.token)]
+    if not live:
+        return
+    held = blocking(live, touched, creates(), own, now)
+    if held is None:
+        return
+
+    def still_held() -> bool:
+        ns.refresh()
+        return held.token in {i.token for i in _intents(ns._state)}
+
+    waited = wait_until_released(held, still_held)
+    raise IntentWait(
+        f"waited {waited:.1f} s for the {held.what} holding partition tables of {ns.root} "
+        f"(intent {held.token}); committing again on the state after it"
+    )
+
+
+def _intents(state: NamespaceState) -> list[Intent]:
+    return intents_in(state.rows_for(f"v{spec_id}" for spec_id in state.specs).values())
+
+
+def take_intent(
+    ns: ManifestHandle, tables: Iterable[str], duration: dt.timedelta, *, what: str, operation: Operation
+) -> Intent:
+    """Commit an intent on ``tables`` for ``duration`` (on every ``v<N>`` lock row, based on the
+    state ``ns`` last read); :class:`ConcurrentModification` if another commit got in first."""
+    now = dt.datetime.now(dt.UTC)
+    intent = Intent(secrets.token_hex(8), frozenset(tables), now, now + duration, what)
+    state = ns._state
+    base = ns._store.dataset(state.version)
+    rows = lock_rows(state, state.specs, None, add_intent=intent)
+    _commit(ns, base, pa.Table.from_pylist(rows, schema=base.schema), operation)
+    return intent
+
+
+def release_intent(ns: ManifestHandle, intent: Intent, *, operation: Operation, attempts: int = 4) -> None:
+    """Remove ``intent`` (its holder gives up); best effort: it lapses at its ``until`` anyway."""
+    for _ in range(attempts):
+        ns.refresh()
+        state = ns._state
+        if intent.token not in {i.token for i in _intents(state)}:
+            return
+        base = ns._store.dataset(state.version)
+        rows = lock_rows(state, state.specs, None, clear_intent=intent.token)
+        try:
+            _commit(ns, base, pa.Table.from_pylist(rows, schema=base.schema), operation)
+            return
+        except ConcurrentModification:
+            continue
+
+
+def _guard_of(ns: ManifestHandle, guard: Guard | None) -> AbstractContextManager[Guard]:
+    """``guard`` itself, or a guard taken for this commit alone."""
+    return nullcontext(guard) if guard is not None else guarded(ns.root, ns._store.storage_options)
+
+
+def remove_tables(
+    ns: ManifestHandle, object_ids: Sequence[str], *, operation: Operation | None = None, guard: Guard | None = None
+) -> int:
+    """Remove tables, and namespaces left without tables, in one optimistic commit (on the
+    protected path, as :func:`commit_once`; it references no new table version)."""
     state = ns._state
     doomed = set(object_ids)
+    _wait_for_intents(ns, doomed, lambda: False, None)
     tables = {
         r["object_id"]: spec_id_of(r["object_id"])
         for r in state.rows
@@ -151,7 +245,9 @@ def remove_tables(ns: ManifestHandle, object_ids: Sequence[str], *, operation: O
     spec_ids = {tables[oid] for oid in doomed} or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
     rows = pa.Table.from_pylist(lock_rows(state, spec_ids, None), schema=base.schema)
-    return _commit(ns, base, rows, operation, delete_ids=sorted(doomed | empty))
+    with _guard_of(ns, guard) as g:
+        g.before_commit()
+        return _commit(ns, base, rows, operation, delete_ids=sorted(doomed | empty))
 
 
 def _commit(
@@ -203,14 +299,26 @@ def committed_write_ids(state: NamespaceState) -> set[str]:
     return ids
 
 
-def lock_rows(state: NamespaceState, spec_ids: Iterable[int], write_id: str | None) -> list[dict[str, Any]]:
-    """The ``v<N>`` rows of ``spec_ids`` to rewrite in a commit, remembering ``write_id`` if given."""
+def lock_rows(
+    state: NamespaceState,
+    spec_ids: Iterable[int],
+    write_id: str | None,
+    *,
+    add_intent: Intent | None = None,
+    clear_intent: str | None = None,
+) -> list[dict[str, Any]]:
+    """The ``v<N>`` rows of ``spec_ids`` to rewrite in a commit, remembering ``write_id`` if
+    given; intents (:mod:`partitioning.intents`): ``add_intent`` recorded, ``clear_intent`` and
+    lapsed ones dropped."""
     out = []
     wanted = sorted(spec_ids)
     locks = state.rows_for(f"v{spec_id}" for spec_id in wanted)
+    now = dt.datetime.now(dt.UTC)
     for spec_id in wanted:
         row = dict(locks[f"v{spec_id}"])
         props = json.loads(row.get("metadata") or "{}")
+        if INTENT_KEY in props or add_intent is not None:
+            props = with_intents(props, add=add_intent, remove=clear_intent, now=now)
         if write_id is not None:
             recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
             props[WRITE_IDS_PROPERTY] = json.dumps([*recent, write_id])

@@ -67,6 +67,7 @@ OPERATIONS = frozenset(
         "VACUUM",
         "OPTIMIZE_MANIFEST",
         "CREATE",
+        "INTENT",
     }
 )
 HISTORY_SCHEMA = pa.schema(
@@ -113,6 +114,10 @@ class Operation:
     def with_metrics(self, **metrics: int | float) -> Operation:
         """This operation with ``metrics`` added (replacing those of the same names)."""
         return Operation(self.name, self.parameters, {**self.metrics, **metrics})
+
+    def with_parameters(self, **parameters: str) -> Operation:
+        """This operation with ``parameters`` added (replacing those of the same names)."""
+        return Operation(self.name, {**self.parameters, **parameters}, self.metrics)
 
     def timed(self, started: float) -> Operation:
         """This operation with ``duration_ms``: from ``started`` (``time.monotonic()``) to now."""

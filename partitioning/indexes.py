@@ -25,6 +25,7 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
+from partitioning.guard import Guard
 from partitioning.history import Operation
 from partitioning.index_model import IndexSpec, VectorModel, load_model, model_kwargs
 from partitioning.namespace import PartitionedNamespace, TableCommit, open_partition_table
@@ -271,16 +272,19 @@ def _commit_one(
         )
 
 
-def commit_indexes(ns: PartitionedNamespace, builds: Iterable[IndexBuild], names: Sequence[str] = ()) -> IndexReport:
+def commit_indexes(
+    ns: PartitionedNamespace, builds: Iterable[IndexBuild], names: Sequence[str] = (), *, guard: Guard | None = None
+) -> IndexReport:
     """Driver side: commit each dataset's new segments, then ONE ``__manifest`` commit
-    (``INDEX`` in the history, ``duration_ms`` from this call to the commit)."""
+    (``INDEX`` in the history, ``duration_ms`` from this call to the commit), on the
+    protected path of ``guard`` (:mod:`partitioning.guard`)."""
     started = time.monotonic()
     by_table: dict[str, list[IndexBuild]] = {}
     for b in builds:
         by_table.setdefault(b.task.object_id, []).append(b)
     rebuilt: set[str] = set()
     for _ in range(COMMIT_ATTEMPTS):
-        ns.refresh()
+        ns.refresh(guard=guard)
         current = {t.object_id: t for t in ns.partitions()}
         commits = []
         for object_id, parts in sorted(by_table.items()):
@@ -299,7 +303,7 @@ def commit_indexes(ns: PartitionedNamespace, builds: Iterable[IndexBuild], names
         built = Operation("INDEX", {"indexes": ",".join(names)}, {"partitions_touched": len(commits)})
         try:
             version = ns.commit_once(
-                commits, operation=built.with_metrics(partitions_rebuilt=len(rebuilt)).timed(started)
+                commits, operation=built.with_metrics(partitions_rebuilt=len(rebuilt)).timed(started), guard=guard
             )
         except ConcurrentModification:
             continue

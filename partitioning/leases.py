@@ -2,7 +2,9 @@
 
 A write takes a lease before it writes any file: ``<root>/_writes/<random id>.json``
 records when the write started (its own clock, and the storage's clock as the lease
-file's first modification time) and its latest heartbeat. While the write runs, a
+file's first modification time), its latest heartbeat, and its *bases*: the
+``__manifest`` versions it read and will build its commit on, whose references vacuum
+keeps while the lease lives (a restore's base is the version it restores). While the write runs, a
 background thread rewrites the heartbeat every :data:`HEARTBEAT_INTERVAL`; when the
 write ends, committed or failed, the file is deleted. A lease whose last heartbeat is
 older than :data:`LEASE_TTL` belongs to a write that crashed: vacuum ignores it and
@@ -16,6 +18,10 @@ A write whose lease is stored after vacuum listed the leases started after vacuu
 ``now``, so its files are newer than ``now - retain`` and vacuum keeps them anyway.
 If a lease lapses (a write stalled past :data:`LEASE_TTL`), the write's commit still
 checks that every data file it references exists and commits nothing otherwise.
+
+Vacuum holds a lease too (``kind`` ``"vacuum"``) while it deletes; it protects nothing,
+but tells an operation whose lease vacuum may not have seen to wait before committing
+(:mod:`partitioning.guard`, the one protected path of every commit).
 """
 
 from __future__ import annotations
@@ -43,13 +49,18 @@ __all__ = [
     "HEARTBEAT_INTERVAL",
     "LEASE_DIR",
     "LEASE_TTL",
+    "VACUUM",
+    "WRITE",
     "Lease",
     "LeaseRef",
+    "held_lease",
     "keep_alive",
     "list_leases",
+    "protected_bases",
     "protected_since",
     "release_lease",
     "take_lease",
+    "vacuum_lease",
     "write_lease",
 ]
 
@@ -57,6 +68,8 @@ LEASE_DIR = "_writes"
 HEARTBEAT_INTERVAL = dt.timedelta(seconds=30)
 LEASE_TTL = dt.timedelta(minutes=10)
 _SUFFIX = ".json"
+WRITE = "write"
+VACUUM = "vacuum"
 _log = logging.getLogger(__name__)
 
 
@@ -69,6 +82,9 @@ class Lease:
     start: dt.datetime
     seen: dt.datetime
     write_id: str | None = None
+    kind: str = WRITE
+    bases: tuple[int, ...] = ()  # __manifest versions the holder builds on; vacuum keeps what they reference
+    stored: dt.datetime | None = None  # the storage's clock when the lease file was first stored
 
     def live(self, now: dt.datetime) -> bool:
         return now - self.seen < LEASE_TTL
@@ -100,6 +116,9 @@ class _Heartbeat:
         interval: dt.timedelta,
         ref: LeaseRef | None = None,
         storage_options: Options = None,
+        *,
+        kind: str = WRITE,
+        bases: tuple[int, ...] = (),
     ) -> None:
         self.root = ref.root if ref else resolve_root(root)
         self.uri = ref.uri if ref else join_uri(join_uri(self.root, LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
@@ -109,6 +128,10 @@ class _Heartbeat:
         self.interval = interval
         self.started = ref.started if ref else dt.datetime.now(dt.UTC)
         self.stored: dt.datetime | None = ref.stored if ref else None
+        self.kind = ref.kind if ref else kind
+        self.bases: tuple[int, ...] = ref.bases if ref else tuple(bases)
+        self.based: dt.datetime | None = None  # when the last base was added (storage clock)
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._create = True
         self._thread = threading.Thread(target=self._run, name="lance_partitioned-lease", daemon=True)
@@ -118,13 +141,26 @@ class _Heartbeat:
             "started": self.started.isoformat(),
             "heartbeat": dt.datetime.now(dt.UTC).isoformat(),
             "write_id": self.write_id,
+            "kind": self.kind,
+            "bases": list(self.bases),
         }
         if self.stored is not None:
             body["stored"] = self.stored.isoformat()
         return body
 
     def beat(self) -> None:
-        _write_json(self.fs, self.path, self._body())
+        with self._lock:
+            _write_json(self.fs, self.path, self._body())
+
+    def add_base(self, version: int) -> None:
+        """Record one more ``__manifest`` version this holder builds on, stored at once;
+        :attr:`based` is then the storage's time of that write (a vacuum whose lease is
+        older may have read this lease without the base)."""
+        if version not in self.bases:
+            self.bases = (*self.bases, int(version))
+            self.beat()
+            mtime = self.fs.get_file_info(self.path).mtime
+            self.based = _utc(mtime) if mtime is not None else None
 
     def store(self) -> None:
         self.fs.create_dir(self.path.rsplit("/", 1)[0])
@@ -180,12 +216,41 @@ class _Heartbeat:
 
 
 @contextmanager
+def held_lease(
+    root: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    write_id: str | None = None,
+    interval: dt.timedelta = HEARTBEAT_INTERVAL,
+    kind: str = WRITE,
+    bases: tuple[int, ...] = (),
+) -> Iterator[_Heartbeat | None]:
+    """A lease stored under ``root`` and kept fresh by a thread for the block; None (with a
+    warning) when it cannot be stored (a read-only or unreachable store)."""
+    beat: _Heartbeat | None = None
+    try:
+        beat = _Heartbeat(root, write_id, interval, storage_options=storage_options, kind=kind, bases=bases)
+        beat.start()
+    except (OSError, ValueError) as exc:
+        _log.warning("could not store a %s lease under %s (vacuum cannot see this %s): %s", kind, root, kind, exc)
+        beat = None
+    if beat is None:
+        yield None
+        return
+    try:
+        yield beat
+    finally:
+        beat.stop()
+
+
+@contextmanager
 def write_lease(
     root: str,
     storage_options: Mapping[str, str] | None = None,
     *,
     write_id: str | None = None,
     interval: dt.timedelta = HEARTBEAT_INTERVAL,
+    bases: tuple[int, ...] = (),
 ) -> Iterator[str | None]:
     """Hold a lease under ``root`` for the duration of a write; yields its URI.
 
@@ -193,20 +258,16 @@ def write_lease(
     returned or failed. If the lease cannot be stored (a read-only or unreachable store),
     the write goes on with a warning and yields None: its commit still verifies its files.
     """
-    beat: _Heartbeat | None = None
-    try:
-        beat = _Heartbeat(root, write_id, interval, storage_options=storage_options)
-        beat.start()
-    except (OSError, ValueError) as exc:
-        _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
-        beat = None
-    if beat is None:
-        yield None
-        return
-    try:
-        yield beat.uri
-    finally:
-        beat.stop()
+    with held_lease(root, storage_options, write_id=write_id, interval=interval, bases=bases) as beat:
+        yield beat.uri if beat is not None else None
+
+
+@contextmanager
+def vacuum_lease(root: str, storage_options: Mapping[str, str] | None = None) -> Iterator[_Heartbeat | None]:
+    """Vacuum's own lease while it deletes: it protects nothing; an operation whose lease
+    was stored before it (and may not have been seen) waits for it to end before committing."""
+    with held_lease(root, storage_options, kind=VACUUM) as beat:
+        yield beat
 
 
 @dataclass(frozen=True)
@@ -220,20 +281,25 @@ class LeaseRef:
     write_id: str | None
     storage_options: tuple[tuple[str, str], ...] = ()
     root: str = ""
+    kind: str = WRITE
+    bases: tuple[int, ...] = ()
 
 
-def take_lease(root: str, *, write_id: str | None = None, storage_options: Options = None) -> LeaseRef | None:
+def take_lease(
+    root: str, *, write_id: str | None = None, storage_options: Options = None, bases: tuple[int, ...] = ()
+) -> LeaseRef | None:
     """Store a lease with no thread to refresh it: :func:`keep_alive` refreshes it while
     each task writes, :func:`release_lease` ends it. None (with a warning) if it cannot be stored.
-    The reference carries ``storage_options``, so tasks reach the lease on the same store."""
+    The reference carries ``storage_options``, so tasks reach the lease on the same store,
+    and ``bases`` (the ``__manifest`` versions the write builds on), which every refresh keeps."""
     try:
-        beat = _Heartbeat(root, write_id, HEARTBEAT_INTERVAL, storage_options=storage_options)
+        beat = _Heartbeat(root, write_id, HEARTBEAT_INTERVAL, storage_options=storage_options, bases=bases)
         beat.store()
     except (OSError, ValueError) as exc:
         _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
         return None
     options = tuple(sorted(beat.storage_options.items()))
-    return LeaseRef(beat.uri, beat.started, beat.stored, beat.write_id, options, beat.root)
+    return LeaseRef(beat.uri, beat.started, beat.stored, beat.write_id, options, beat.root, WRITE, beat.bases)
 
 
 @contextmanager
@@ -267,11 +333,17 @@ def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:
         body = json.loads(raw)
         started = _utc(dt.datetime.fromisoformat(body["started"]))
         heartbeat = _utc(dt.datetime.fromisoformat(body["heartbeat"]))
-        stored = _utc(dt.datetime.fromisoformat(body["stored"])) if body.get("stored") else started
+        first = _utc(dt.datetime.fromisoformat(body["stored"])) if body.get("stored") else None
+        stored = first or started
         write_id = body.get("write_id")
+        kind = body.get("kind", WRITE)
+        bases = tuple(int(v) for v in body.get("bases", ()))
+        if kind not in (WRITE, VACUUM):
+            raise ValueError(kind)
     except (ValueError, KeyError, TypeError):
         return Lease(uri, dt.datetime.min.replace(tzinfo=dt.UTC), mtime)
-    return Lease(uri, min(started, stored), max(heartbeat, mtime), write_id if isinstance(write_id, str) else None)
+    name = write_id if isinstance(write_id, str) else None
+    return Lease(uri, min(started, stored), max(heartbeat, mtime), name, kind, bases, first)
 
 
 def list_leases(root: str, storage_options: Options = None) -> list[Lease]:
@@ -297,6 +369,11 @@ def list_leases(root: str, storage_options: Options = None) -> list[Lease]:
 
 
 def protected_since(leases: list[Lease], now: dt.datetime) -> dt.datetime | None:
-    """The earliest start of a live lease: vacuum keeps every file and dataset version from then on."""
-    starts = [lease.start for lease in leases if lease.live(now)]
+    """The earliest start of a live write lease: vacuum keeps every file and dataset version from then on."""
+    starts = [lease.start for lease in leases if lease.live(now) and lease.kind != VACUUM]
     return min(starts) if starts else None
+
+
+def protected_bases(leases: list[Lease], now: dt.datetime) -> set[int]:
+    """The ``__manifest`` versions live write leases build on: vacuum keeps what they reference."""
+    return {v for lease in leases if lease.live(now) and lease.kind != VACUUM for v in lease.bases}

@@ -16,6 +16,7 @@ own. Compaction tasks carry them (:class:`CompactionTask`), so executors reach t
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -37,9 +38,10 @@ from partitioning.errors import (
     translate_lance_errors,
 )
 from partitioning.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
+from partitioning.guard import Guard, guarded
 from partitioning.history import Operation
-from partitioning.leases import list_leases, protected_since, write_lease
-from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri
+from partitioning.leases import list_leases, protected_bases, protected_since, vacuum_lease
+from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit, open_partition_table
 from partitioning.orphans import (
     delete_files,
@@ -47,6 +49,7 @@ from partitioning.orphans import (
     made_here,
     merged,
     recorded_read_versions,
+    referenced_data_files,
     remove_empty_dirs,
     table_files,
 )
@@ -253,8 +256,11 @@ def rewrite_all(tasks: Sequence[CompactionTask], *, threads: int | None = None) 
         return list(pool.map(rewrite, work))
 
 
-def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResult]) -> MaintenanceReport:
-    """Driver side: one dataset version per table, then ONE ``__manifest`` commit.
+def commit_compaction(
+    ns: PartitionedNamespace, results: Iterable[CompactionResult], *, guard: Guard | None = None
+) -> MaintenanceReport:
+    """Driver side: one dataset version per table, then ONE ``__manifest`` commit, on the
+    protected path of ``guard`` (:mod:`partitioning.guard`; the caller's lease from before planning).
 
     A table whose ``read_version`` moved since planning (a concurrent write) is left as
     it was and reported as skipped; nothing of its data is lost. Each committed version
@@ -267,7 +273,7 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
         by_table.setdefault(r.task.object_id, []).append(r)
     skipped: list[str] = []
     for _ in range(COMMIT_ATTEMPTS):
-        ns.refresh()
+        ns.refresh(guard=guard)
         current = ns.tables_by_id(by_table)
         commits, before, after, rows = [], 0, 0, 0
         for object_id, parts in sorted(by_table.items()):
@@ -290,7 +296,7 @@ def commit_compaction(ns: PartitionedNamespace, results: Iterable[CompactionResu
         metrics = {"partitions_touched": len(commits), "rows_rewritten": rows}
         metrics.update(files_before=before, files_after=after, partitions_skipped=len(skipped))
         try:
-            version = ns.commit_once(commits, operation=Operation("COMPACT", {}, metrics).timed(started))
+            version = ns.commit_once(commits, operation=Operation("COMPACT", {}, metrics).timed(started), guard=guard)
         except ConcurrentModification:
             continue
         return MaintenanceReport("compact", ns.root, version, len(commits), rows, before, after, skipped=tuple(skipped))
@@ -305,13 +311,14 @@ def compact_local(
     time_zone: str = "UTC",
 ) -> MaintenanceReport:
     """:func:`plan_compaction`, :func:`rewrite_all` (one thread per core) and
-    :func:`commit_compaction` in this process, under a write lease (:mod:`partitioning.leases`)
-    so vacuum keeps the new fragments."""
-    tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment, time_zone=time_zone)
-    if not tasks:
-        return MaintenanceReport("compact", ns.root, ns.manifest_version)
-    with write_lease(ns.root, ns.storage_options):
-        return commit_compaction(ns, rewrite_all(tasks))
+    :func:`commit_compaction` in this process, on the protected path (:mod:`partitioning.guard`):
+    the lease is taken before the plan reads the tables, so vacuum keeps them and the new fragments."""
+    with guarded(ns.root, ns.storage_options) as guard:
+        ns.refresh(guard=guard)
+        tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment, time_zone=time_zone)
+        if not tasks:
+            return MaintenanceReport("compact", ns.root, ns.manifest_version)
+        return commit_compaction(ns, rewrite_all(tasks), guard=guard)
 
 
 # -- drop partitions and delete rows -------------------------------------------------------------
@@ -358,8 +365,15 @@ def drop_partitions(
     if isinstance(parsed, TrueFilter):
         raise InvalidInput("drop_partitions needs a filter on identity partition columns, e.g. \"country = 'US'\"")
     match = matcher or _datafusion
+    with guarded(ns.root, ns.storage_options) as guard:
+        return _drop(ns, filter, d, match, guard, started)
+
+
+def _drop(
+    ns: PartitionedNamespace, filter: str, d: Dialect, match: RowMatcher, guard: Guard, started: float
+) -> MaintenanceReport:
     for _ in range(COMMIT_ATTEMPTS):
-        ns.refresh()
+        ns.refresh(guard=guard)
         planned = [t.object_id for t in ns.plan_scan(filter, dialect=d)]
         tables = ns.tables_by_id(planned)
         candidates = [tables[oid] for oid in planned]
@@ -382,7 +396,7 @@ def drop_partitions(
             return MaintenanceReport("drop_partitions", ns.root, ns.manifest_version)
         dropped = Operation("DROP_PARTITIONS", {"filter": filter}, {"partitions_removed": len(doomed)})
         try:
-            version = ns.remove_tables(doomed, operation=dropped.timed(started))
+            version = ns.remove_tables(doomed, operation=dropped.timed(started), guard=guard)
         except ConcurrentModification:
             continue
         return MaintenanceReport("drop_partitions", ns.root, version, tables=len(doomed), deleted=tuple(doomed))
@@ -435,8 +449,15 @@ def delete_rows(
     if isinstance(parse_filter(filter, d, strict=False), TrueFilter):
         raise InvalidInput("delete_rows needs a filter; to remove everything, overwrite the namespace")
     finder = find_rows or rows_to_delete_datafusion
+    with guarded(ns.root, ns.storage_options) as guard:
+        return _delete(ns, filter, d, finder, guard, started)
+
+
+def _delete(
+    ns: PartitionedNamespace, filter: str, d: Dialect, finder: RowFinder, guard: Guard, started: float
+) -> MaintenanceReport:
     for _ in range(COMMIT_ATTEMPTS):
-        ns.refresh()
+        ns.refresh(guard=guard)
         tasks = list(ns.plan_scan(filter, dialect=d))
         tables = ns.tables_by_id(t.object_id for t in tasks)
         for task in tasks:
@@ -448,16 +469,15 @@ def delete_rows(
         if not found:
             return MaintenanceReport("delete_rows", ns.root, ns.manifest_version)
         deleted = Operation("DELETE", {"filter": filter}, {"rows_removed": rows, "partitions_touched": len(found)})
-        with write_lease(ns.root, ns.storage_options):  # vacuum keeps the new versions until the commit
-            versions = _delete_addresses(ns, [tables[oid] for oid in found], found)
-            commits = [
-                TableCommit(tables[oid].spec_id, tables[oid].values, tables[oid].location, version, oid)
-                for oid, version in versions.items()
-            ]
-            try:
-                version = ns.commit_once(commits, operation=deleted.timed(started))
-            except ConcurrentModification:
-                continue
+        versions = _delete_addresses(ns, [tables[oid] for oid in found], found)
+        commits = [
+            TableCommit(tables[oid].spec_id, tables[oid].values, tables[oid].location, version, oid)
+            for oid, version in versions.items()
+        ]
+        try:
+            version = ns.commit_once(commits, operation=deleted.timed(started), guard=guard)
+        except ConcurrentModification:
+            continue
         return MaintenanceReport("delete_rows", ns.root, version, tables=len(commits), rows=rows)
     raise ConcurrentModification(f"delete_rows on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
 
@@ -495,6 +515,11 @@ class _Deletion:
     dirs: tuple[str, ...] = ()
     versions: tuple[str, tuple[int, ...]] | None = None
     restore: int | None = None  # restored as the latest version first, if the latest is among ``versions``
+    location: str | None = None  # the partition table directory this deletion is in, if any
+    stamp: dt.datetime | None = None  # when the newest file it deletes was written (None: unknown)
+    stamps: tuple[dt.datetime, ...] = ()  # per version in ``versions``: when it was committed
+    lease: str | None = None  # the lease file it removes (an expired lease)
+    data_file: bool = False  # one data file no version referenced when planned
 
 
 def _dataset_or_none(uri: str, opts: Mapping[str, str] | None) -> lance.LanceDataset | None:
@@ -564,7 +589,9 @@ def _table_dir(
     kept = f"{uri}: {', '.join(listed.foreign)} not written by Lance, left in place" if listed.foreign else None
     if not listed.files and listed.foreign:
         return None, kept
-    return _Deletion(item, tuple(f for f, _ in listed.files), listed.dirs), kept
+    location = uri[len(root.rstrip("/")) + 1 :] if uri.startswith(root.rstrip("/") + "/") else None
+    files = tuple(f for f, _ in listed.files)
+    return _Deletion(item, files, listed.dirs, location=location, stamp=listed.newest), kept
 
 
 def vacuum(
@@ -575,6 +602,7 @@ def vacuum(
     allow_short_retention: bool = False,
     now: dt.datetime | None = None,
     storage_options: Mapping[str, str] | None = None,
+    before_delete: Callable[[], None] | None = None,
 ) -> MaintenanceReport:
     """Delete what no reader within ``retain`` and no write in progress can reach.
 
@@ -612,6 +640,20 @@ def vacuum(
     entries are reported in ``skipped``). A target already gone counts as deleted, so a
     vacuum that died half-way can simply run again.
 
+    Operations that commit references to existing files (a restore's to old table
+    versions, a merge's to the version it read) record the ``__manifest`` versions they
+    build on in their lease (its *bases*). Right before deleting, vacuum stores its own
+    lease, then reads the live leases and the latest ``__manifest`` version again and
+    spares whatever that version or a live lease's base references (and those
+    ``__manifest`` versions themselves), whatever it planned; an operation whose lease is
+    stored after that waits for this vacuum to end before it commits
+    (:mod:`partitioning.guard`). That re-check applies every rule above again (leases'
+    starts, their bases, the latest version's references, the data files versions
+    committed since the plan use) with the leases judged on the real clock: ``now`` plans
+    as of another time (a what-if, or a test's), but whether a write is in progress is a
+    fact of the present. ``before_delete`` is called right before the first deletion (a
+    hook for tests).
+
     ``retain`` under :data:`MIN_RETENTION` (24 hours) is refused unless
     ``allow_short_retention`` is set; leases are honoured either way.
     """
@@ -634,7 +676,8 @@ def vacuum(
         manifest = lance.dataset(join_uri(ns.root, MANIFEST_DIR), storage_options=opts)
         recorded = recorded_read_versions(ns.root, ns.storage_options)
         kept_versions = _retained_versions(manifest, cutoff)
-    retained = merged(recorded[v] for v in kept_versions if v in recorded)
+    bases = protected_bases(leases, now)  # versions writes in progress build on (a restore's target)
+    retained = merged(recorded[v] for v in {*kept_versions, *bases} if v in recorded)
     known = merged(recorded.values())
     plan: list[_Deletion] = []
     kept: list[str] = []
@@ -645,7 +688,9 @@ def vacuum(
             fs, path = filesystem_of(orphan.uri, opts)
             mtime = fs.get_file_info(path).mtime
             if mtime is not None and _aware(mtime) < file_cutoff:
-                plan.append(_Deletion(f"data_file {orphan.uri}", (orphan.uri,)))
+                location = orphan.uri[len(ns.root.rstrip("/")) + 1 :].rsplit("/data/", 1)[0]
+                item = f"data_file {orphan.uri}"
+                plan.append(_Deletion(item, (orphan.uri,), stamp=_aware(mtime), location=location, data_file=True))
         elif orphan.kind == "table_dir":
             deletion, why = _table_dir(ns.root, orphan.uri, f"table_dir {orphan.uri}", file_cutoff, opts)
             plan.extend([deletion] if deletion is not None else [])
@@ -667,6 +712,7 @@ def vacuum(
             continue
         newest = max(v for v in needed if v is not None)
         infos = ds.versions()
+        stamps = {int(v["version"]): _aware(v["timestamp"]) for v in infos}
         doomed = sorted(
             v["version"]
             for v in infos
@@ -675,31 +721,54 @@ def vacuum(
             and (since is None or _aware(v["timestamp"]) < since)
         )
         if doomed:
+            item = f"versions {uri} {_ranges(doomed)} (no retained read_version)"
             plan.append(
-                _Deletion(f"versions {uri} {_ranges(doomed)} (no retained read_version)", versions=(uri, tuple(doomed)))
+                _Deletion(
+                    item, versions=(uri, tuple(doomed)), location=location, stamps=tuple(stamps[v] for v in doomed)
+                )
             )
         with translate_lance_errors(f"vacuum {ns.root}: read the history of {uri}"):
             dangling, others, restore = _dangling(ds, infos, newest, known.get(location, set()), cutoff, since)
         if dangling:
             item = f"versions {uri} {_ranges(dangling)} (after every retained read_version: a write that failed)"
-            plan.append(_Deletion(item, versions=(uri, tuple(dangling)), restore=restore))
+            plan.append(
+                _Deletion(
+                    item,
+                    versions=(uri, tuple(dangling)),
+                    restore=restore,
+                    location=location,
+                    stamps=tuple(stamps[v] for v in dangling),
+                )
+            )
         if others:
             foreign.append(f"versions {uri} {_ranges(others)} (after every retained read_version, another client's)")
 
     if kept_versions:
-        doomed = sorted(v["version"] for v in manifest.versions() if v["version"] < kept_versions[0])
+        infos = manifest.versions()
+        stamps = {int(v["version"]): _aware(v["timestamp"]) for v in infos}
+        doomed = sorted(v["version"] for v in infos if v["version"] < kept_versions[0] and v["version"] not in bases)
         if doomed:
-            plan.append(_Deletion(f"versions {manifest.uri} {_ranges(doomed)}", versions=(manifest.uri, tuple(doomed))))
+            item = f"versions {manifest.uri} {_ranges(doomed)}"
+            plan.append(
+                _Deletion(item, versions=(manifest.uri, tuple(doomed)), stamps=tuple(stamps[v] for v in doomed))
+            )
     for lease in leases:
         if not lease.live(now):
-            plan.append(_Deletion(f"lease {lease.uri} (expired)", (lease.uri,)))
+            plan.append(_Deletion(f"lease {lease.uri} (expired)", (lease.uri,), lease=lease.uri))
 
     if not dry_run:
-        for deletion in plan:
-            kept.extend(f"{uri}: outside the root" for uri in delete_files(ns.root, deletion.files, opts))
-            remove_empty_dirs(ns.root, deletion.dirs, opts)
-            if deletion.versions is not None:
-                _cleanup_versions(ns.root, *deletion.versions, opts, restore=deletion.restore)
+        # the protected path's other half (partitioning.guard): from here on, an operation
+        # whose lease is stored after this one waits for this vacuum before committing
+        with vacuum_lease(ns.root, ns.storage_options):
+            plan, spared = _spare_protected(ns.root, opts, manifest.uri, plan)
+            kept.extend(spared)
+            if before_delete is not None:
+                before_delete()
+            for deletion in plan:
+                kept.extend(f"{uri}: outside the root" for uri in delete_files(ns.root, deletion.files, opts))
+                remove_empty_dirs(ns.root, deletion.dirs, opts)
+                if deletion.versions is not None:
+                    _cleanup_versions(ns.root, *deletion.versions, opts, restore=deletion.restore)
     return MaintenanceReport(
         "vacuum",
         ns.root,
@@ -709,6 +778,107 @@ def vacuum(
         dry_run=dry_run,
         foreign_versions=tuple(foreign),
     )
+
+
+def _spare_protected(
+    root: str, opts: Mapping[str, str] | None, manifest_uri: str, plan: list[_Deletion]
+) -> tuple[list[_Deletion], list[str]]:
+    """``plan`` without what a write in progress or the latest ``__manifest`` version needs,
+    read now (after vacuum's own lease is stored): what the latest version or a live
+    lease's base references, what is newer than the earliest live lease, and live leases.
+    Leases are judged on the real clock: ``now`` lets vacuum plan as of another time, but
+    whether a write is in progress right now is a fact of the present. Also what was spared."""
+    real_now = dt.datetime.now(dt.UTC)
+    leases = list_leases(root, opts)
+    protection = _Protection(
+        bases=protected_bases(leases, real_now),
+        since=protected_since(leases, real_now),
+        live={lease.uri for lease in leases if lease.live(real_now)},
+        refs={},
+        manifest_uri=manifest_uri,
+    )
+    with translate_lance_errors(f"vacuum {root}: read {MANIFEST_DIR}"):
+        latest = lance.dataset(manifest_uri, storage_options=dict(opts) if opts else None)
+        protection.refs.update(_references(latest, {int(latest.version), *protection.bases}))
+    for location in sorted({d.location for d in plan if d.data_file and d.location is not None}):
+        ds = _dataset_or_none(join_uri(root, location), opts)
+        if ds is not None:
+            with translate_lance_errors(f"vacuum {root}: read the versions of {location}"):
+                protection.referenced[location] = referenced_data_files(ds)
+    out: list[_Deletion] = []
+    spared: list[str] = []
+    for deletion in plan:
+        kept = protection.spare(deletion)
+        if kept is deletion:
+            out.append(deletion)
+            continue
+        spared.append(f"{deletion.item}: a write in progress or the latest __manifest version needs it, kept")
+        if kept is not None:
+            out.append(kept)
+    return out, spared
+
+
+def _references(latest: lance.LanceDataset, versions: Iterable[int]) -> dict[str, set[int | None]]:
+    """Table location -> read versions, over the ``__manifest`` versions given (those gone are skipped)."""
+    out: dict[str, set[int | None]] = {}
+    for version in sorted(versions):
+        try:
+            ds = latest if version == latest.version else latest.checkout_version(version)
+        except (OSError, ValueError, RuntimeError):
+            continue  # an earlier vacuum removed it; it references nothing now
+        rows = ds.to_table(columns=["object_id", "location", "read_version"], filter="object_type = 'table'")
+        for row in rows.to_pylist():
+            if location_problem(row["object_id"], row["location"]) is None:
+                out.setdefault(row["location"], set()).add(row["read_version"])
+    return out
+
+
+@dataclass(frozen=True)
+class _Protection:
+    """What vacuum must not delete, as read right before deleting."""
+
+    bases: set[int]  # __manifest versions live leases build on
+    since: dt.datetime | None  # the earliest start of a live write lease
+    live: set[str]  # live lease files
+    refs: dict[str, set[int | None]]  # table location -> read versions the latest version and the bases reference
+    manifest_uri: str
+    referenced: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # location -> data files in use now
+
+    def spare(self, deletion: _Deletion) -> _Deletion | None:
+        """``deletion`` itself when it touches nothing protected, a smaller one, or None."""
+        if deletion.lease is not None:
+            return None if deletion.lease in self.live else deletion
+        if deletion.data_file:
+            name = deletion.files[0].rsplit("/", 1)[-1]
+            if name in self.referenced.get(deletion.location or "", set()):
+                return None  # a version committed since the plan uses it
+        if deletion.versions is None:
+            if not deletion.data_file and deletion.location is not None and deletion.location in self.refs:
+                return None
+            if self.since is not None and (deletion.stamp is None or deletion.stamp >= self.since):
+                return None
+            return deletion
+        uri, versions = deletion.versions
+        if uri == self.manifest_uri:
+            keep: set[int | None] = set(self.bases)
+        else:
+            keep = set(self.refs.get(deletion.location or "", set()))
+            if None in keep:
+                return None
+        stamps = deletion.stamps or (None,) * len(versions)
+        remaining = tuple(
+            v
+            for v, t in zip(versions, stamps, strict=True)
+            if v not in keep and (self.since is None or (t is not None and t < self.since))
+        )
+        if remaining == versions:
+            return deletion
+        if not remaining or deletion.restore is not None:
+            return None  # a dangling-version cleanup that would need another restore target: next time
+        kept = tuple(t for v, t in zip(versions, stamps, strict=True) if v in remaining and t is not None)
+        return dataclasses.replace(
+            deletion, versions=(uri, remaining), stamps=kept, item=f"versions {uri} {_ranges(list(remaining))}"
+        )
 
 
 def _cleanup_versions(

@@ -30,6 +30,7 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
+from partitioning.staged import applied_tokens, effective_properties, properties_of, staged_key, staged_tokens
 from partitioning.storage import (
     filesystem_of,
     normalize_storage_options,
@@ -312,7 +313,9 @@ class ManifestStore:
     # -- reads -----------------------------------------------------------------------------
     @staticmethod
     def metadata_of(ds: lance.LanceDataset) -> dict[str, str]:
-        return dict(ds.metadata or {})
+        """The root properties of one version (staged ones a restore applied included:
+        :mod:`partitioning.staged`)."""
+        return properties_of(ds)
 
     @staticmethod
     def rows_of(
@@ -340,18 +343,35 @@ class ManifestStore:
 
     def update_metadata(
         self,
-        properties: Mapping[str, str],
+        properties: Mapping[str, str | None],
         *,
         base: lance.LanceDataset | None = None,
         replace: bool = False,
         transaction_properties: Mapping[str, str] | None = None,
     ) -> int:
         """Set root properties (``__manifest`` table metadata) in one commit on ``base``
-        (default: the latest version), keeping the others unless ``replace``; the commit
-        carries ``transaction_properties`` (what history shows). A concurrent change of the
-        same keys since ``base`` raises :class:`ConcurrentModification`. Returns the version."""
+        (default: the latest version), keeping the others unless ``replace``; a None value
+        removes its key. The commit carries ``transaction_properties`` (what history shows).
+        A concurrent change of the same keys since ``base`` raises
+        :class:`ConcurrentModification`. Returns the version.
+
+        On a version whose rows applied a restore's staged properties
+        (:mod:`partitioning.staged`), those become the plain properties in this commit;
+        staged properties nobody applied yet are kept."""
         read = base if base is not None else self.dataset()
-        update = LanceOperation.UpdateConfig(table_metadata_updates=LanceOperation.UpdateMap(dict(properties), replace))
+        updates: dict[str, str | None] = dict(properties)
+        raw = dict(read.metadata or {})
+        staged = staged_tokens(raw)
+        applied = applied_tokens(read) & set(staged) if staged else set()
+        if applied:
+            # a restore's staged properties are the namespace's: write them as the plain ones
+            kept = {staged_key(t): v for t, v in staged.items() if t not in applied}
+            base_props = {} if replace else effective_properties(raw, applied)
+            merged = {**base_props, **updates, **kept}
+            updates, replace = {k: v for k, v in merged.items() if v is not None}, True
+        elif replace:
+            updates = {**{staged_key(t): v for t, v in staged.items()}, **updates}
+        update = LanceOperation.UpdateConfig(table_metadata_updates=LanceOperation.UpdateMap(updates, replace))
         txn = Transaction(read.version, update, transaction_properties=dict(transaction_properties or {}))
         with translate_lance_errors(f"update properties of {self.uri}"):
             committed = lance.LanceDataset.commit(

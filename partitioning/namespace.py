@@ -31,7 +31,9 @@ from partitioning.describe import format_partition_value as format_partition_val
 from partitioning.errors import NamespaceAlreadyExists, SpecError
 from partitioning.evolution import ColumnsLike
 from partitioning.filters import Dialect, Filter, parse_filter
+from partitioning.guard import Guard
 from partitioning.history import Operation, history_table
+from partitioning.intents import Intent
 from partitioning.locations import BOUNDED_TABLE_DIR_RE as BOUNDED_TABLE_DIR_RE
 from partitioning.locations import MAX_NAME_BYTES as MAX_NAME_BYTES
 from partitioning.locations import TABLE_NAME as TABLE_NAME
@@ -101,20 +103,32 @@ class PartitionedNamespace:
 
     @classmethod
     def load(
-        cls, root: str, storage_options: Mapping[str, str] | None = None, *, manifest_version: int | None = None
+        cls,
+        root: str,
+        storage_options: Mapping[str, str] | None = None,
+        *,
+        manifest_version: int | None = None,
+        guard: Guard | None = None,
     ) -> PartitionedNamespace:
         """Open the namespace at ``root``, optionally as of an older ``__manifest`` version.
 
         A local ``root`` is made absolute here (:func:`partitioning.storage.resolve_root`), so
         ``ns.root`` and every table URI planned from it mean the same place on every machine.
+        With ``guard`` (an operation's, :mod:`partitioning.guard`) the version is recorded as a
+        base of its lease before any row of it is read.
         """
         store = ManifestStore(root, storage_options)
         ds = store.dataset(manifest_version)
+        if guard is not None:
+            guard.read(ds.version)
         return cls(store.root, read_state(ds, store.root), store.storage_options)
 
-    def refresh(self) -> PartitionedNamespace:
-        """Re-read the latest ``__manifest`` version."""
-        self._state = read_state(self._store.dataset(), self.root, previous=self._state)
+    def refresh(self, *, guard: Guard | None = None) -> PartitionedNamespace:
+        """Re-read the latest ``__manifest`` version (recorded as a base of ``guard``'s lease first)."""
+        ds = self._store.dataset()
+        if guard is not None:
+            guard.read(ds.version)
+        self._state = read_state(ds, self.root, previous=self._state)
         return self
 
     # -- properties ---------------------------------------------------------------------------
@@ -264,6 +278,8 @@ class PartitionedNamespace:
         write_id: str | None = None,
         operation: Operation | None = None,
         naming_seed: bytes | None = None,
+        guard: Guard | None = None,
+        intent: Intent | None = None,
     ) -> int:
         """One optimistic ``__manifest`` commit based on the state this object last read, recording
         ``operation`` (:meth:`history`). It rewrites the ``v<N>`` row of each spec it touches, so
@@ -272,19 +288,29 @@ class PartitionedNamespace:
         removes every partition row not in ``commits`` (overwrite); ``write_id`` is remembered
         on the ``v<N>`` rows (:meth:`committed_write_ids`). ``naming_seed``: the secret seed of
         a write's :class:`~partitioning.locations.LocationPlanner`, on its first attempt only
-        (:func:`partitioning.commits.commit_once`)."""
+        (:func:`partitioning.commits.commit_once`). ``guard``: the operation's
+        (:mod:`partitioning.guard`); without one the commit takes its own."""
         return _commits.commit_once(
-            self, commits, replace_all=replace_all, write_id=write_id, operation=operation, naming_seed=naming_seed
+            self,
+            commits,
+            replace_all=replace_all,
+            write_id=write_id,
+            operation=operation,
+            naming_seed=naming_seed,
+            guard=guard,
+            intent=intent,
         )
 
-    def remove_tables(self, object_ids: Sequence[str], *, operation: Operation | None = None) -> int:
+    def remove_tables(
+        self, object_ids: Sequence[str], *, operation: Operation | None = None, guard: Guard | None = None
+    ) -> int:
         """Remove partition tables, and namespaces left without tables, in ONE optimistic
         ``__manifest`` commit; returns the new manifest version. Files stay for time
         travel until :func:`partitioning.maintenance.vacuum` removes them.
 
         It reads the table rows without following their ``location``, so it also removes
         a row whose location is refused (the repair :func:`partitioning.manifest.check_location` names)."""
-        return _commits.remove_tables(self, object_ids, operation=operation)
+        return _commits.remove_tables(self, object_ids, operation=operation, guard=guard)
 
     def history(self, limit: int | None = None) -> pa.Table:
         """What made each ``__manifest`` version up to the latest, newest first (:func:`history_table`)."""

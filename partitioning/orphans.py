@@ -114,13 +114,11 @@ def find_orphans(
             ds = lance.dataset(uri, storage_options=opts)
         except (ValueError, OSError, RuntimeError):
             continue  # removed already (vacuum), or no dataset there; nothing to report
-        referenced: set[str] = set()
         for info in ds.versions():
             version = info["version"]
             if version not in read_versions and None not in read_versions:
                 out.append(Orphan("version", uri, f"version {version} is no manifest's read_version"))
-            for fragment in ds.checkout_version(version).get_fragments():
-                referenced.update(f.path for f in fragment.data_files())
+        referenced = referenced_data_files(ds)
         _, _, files = _listing(join_uri(uri, "data"), opts)
         for info in files:
             lance_file = info.type == pafs.FileType.File and info.base_name.endswith(DATA_FILE_SUFFIX)
@@ -129,6 +127,15 @@ def find_orphans(
                     Orphan("data_file", join_uri(join_uri(uri, "data"), info.base_name), "no version refers to it")
                 )
     return out
+
+
+def referenced_data_files(ds: lance.LanceDataset) -> set[str]:
+    """The data file names (under ``data/``) any version of ``ds`` references."""
+    referenced: set[str] = set()
+    for info in ds.versions():
+        for fragment in ds.checkout_version(info["version"]).get_fragments():
+            referenced.update(f.path for f in fragment.data_files())
+    return referenced
 
 
 # -- which dataset versions this project committed ------------------------------------------------

@@ -7,6 +7,18 @@ back too. No partition dataset is rewritten: the restored rows point at the tabl
 versions they pointed at then, so every one must still exist (vacuum removes them); a
 missing one is one line naming the partition and version, and nothing changes.
 
+A restore is a write on the protected path (:mod:`partitioning.guard`): it holds a lease
+whose base is the restored version from before it reads that version, so a vacuum
+keeps everything the version references; right before its commit it waits for any
+vacuum that may not have seen the lease and checks that every table version and data
+file it is about to reference exists.
+
+Properties and rows change atomically: when they differ, the restore stages the
+restored properties first (:mod:`partitioning.staged`, invisible to readers) and its
+rows commit applies them; a crash between the two leaves the namespace as it was, a
+crash after the rows commit leaves it restored. A last properties commit writes the
+applied ones as the plain properties.
+
 Two things are never taken back: the schema's next field id (an id handed out after the
 version stays used, so a column added later never reuses one), and the write ids recent
 commits remembered (a retried write that committed after the version does not commit
@@ -14,34 +26,34 @@ again).
 
 Concurrency: the rows are one merge commit based on the version the restore read, and it
 rewrites every ``v<N>`` lock row, so a commit made since makes it conflict; the restore
-then starts again from the new state (up to ``max_attempts`` times), so the racing commit
-is in the history before the restore, never lost without trace. When the root properties
-differ, they are committed first; if the rows then lose the race, the properties are put
-back before the next attempt.
+then starts again from the new state (up to ``max_attempts`` times, with a growing random
+pause), so the racing commit is in the history before the restore, never lost without trace.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import random
+import secrets
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from partitioning.commits import WRITE_IDS_PROPERTY, commit_metadata, merge_manifest_rows
 from partitioning.errors import ConcurrentModification, InvalidInput, PartitioningError
+from partitioning.guard import Reference, ReferenceGone, guarded, missing_references
 from partitioning.history import Operation, version_at
 from partitioning.manifest import SCHEMA_KEY, ManifestStore
 from partitioning.schema import NamespaceSchema
-from partitioning.state import NamespaceState, PartitionTable, open_partition_table, read_state
+from partitioning.staged import APPLIED_KEY, staged_key
+from partitioning.state import NamespaceState, read_state
 
 __all__ = ["RestoreResult", "restore"]
 
 DEFAULT_ATTEMPTS = 4
-PARALLEL_OPENS = 16
 
 
 @dataclass(frozen=True)
@@ -89,46 +101,53 @@ def restore(
     if timestamp is not None:
         version = version_at(store.root, timestamp, time_zone=time_zone, storage_options=store.storage_options)
     assert version is not None
-    source = store.dataset(version)
-    target = read_state(source, store.root)
-    _check_tables(store, target)
-    last: ConcurrentModification | None = None
-    for attempt in range(1, max(1, max_attempts) + 1):
-        latest = store.dataset()
-        if latest.version == version:
-            return RestoreResult(store.root, version, version, len(target.tables), changed=False, attempts=attempt)
-        current = read_state(latest, store.root)
-        if before_commit is not None:
-            before_commit()
-        operation = Operation("RESTORE", {"version": str(version)}, {"partitions": len(target.tables)})
-        try:
-            committed = _commit(store, current, target, operation.timed(started))
-        except ConcurrentModification as exc:
-            last = exc
-            continue
-        return RestoreResult(store.root, committed, version, len(target.tables), attempts=attempt)
+    # from the lease's first write on, a vacuum keeps what the version references
+    with guarded(store.root, store.storage_options, bases=(version,)) as guard:
+        source = store.dataset(version)
+        target = read_state(source, store.root)
+        refs = [Reference(t.object_id, t.uri, t.read_version) for t in target.tables if t.read_version is not None]
+        _check_tables(store, target, refs, files=False)
+        last: ConcurrentModification | None = None
+        for attempt in range(1, max(1, max_attempts) + 1):
+            latest = store.dataset()
+            if latest.version == version:
+                return RestoreResult(store.root, version, version, len(target.tables), changed=False, attempts=attempt)
+            current = read_state(latest, store.root)
+            if before_commit is not None:
+                before_commit()
+            operation = Operation("RESTORE", {"version": str(version)}, {"partitions": len(target.tables)})
+            try:
+                guard.before_commit(refs, full=True)
+            except ReferenceGone as exc:
+                more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+                raise InvalidInput(
+                    f"cannot restore {store.root} to __manifest version {version}: {exc.problems[0]}{more}, "
+                    "vacuumed while the restore waited; nothing changed"
+                ) from exc
+            try:
+                committed = _commit(store, current, target, operation.timed(started))
+            except ConcurrentModification as exc:
+                last = exc
+                time.sleep(random.uniform(0.01, 0.05) * attempt)
+                continue
+            return RestoreResult(store.root, committed, version, len(target.tables), attempts=attempt)
     raise ConcurrentModification(
         f"restore of {store.root} to __manifest version {version} lost {max_attempts} races with concurrent "
         f"commits; nothing changed (last: {last})"
     ) from last
 
 
-def _check_tables(store: ManifestStore, target: NamespaceState) -> None:
-    """Every partition table the target version reads is still there, at its version."""
-
-    def check(table: PartitionTable) -> None:
-        try:
-            open_partition_table(
-                table.uri, table.read_version, table.read_branch, table.read_tag, store.storage_options
-            )
-        except PartitioningError as exc:
-            raise InvalidInput(
-                f"cannot restore {store.root} to __manifest version {target.version}: partition table "
-                f"{table.object_id} at version {table.read_version} is gone (vacuumed?); nothing changed"
-            ) from exc
-
-    with ThreadPoolExecutor(min(PARALLEL_OPENS, max(1, len(target.tables)))) as pool:
-        list(pool.map(check, target.tables))
+def _check_tables(
+    store: ManifestStore, target: NamespaceState, refs: Sequence[Reference], *, files: bool = True
+) -> None:
+    """Every partition table the target version reads is still there, at its version
+    (with ``files``, every data and deletion file of it too)."""
+    problems = missing_references(refs, store.storage_options, files=files)
+    if problems:
+        raise InvalidInput(
+            f"cannot restore {store.root} to __manifest version {target.version}: {problems[0]} (vacuumed?); "
+            "nothing changed"
+        )
 
 
 def _properties(current: NamespaceState, target: NamespaceState) -> dict[str, str]:
@@ -141,17 +160,22 @@ def _properties(current: NamespaceState, target: NamespaceState) -> dict[str, st
     return props
 
 
-def _rows(current: NamespaceState, target: NamespaceState, schema: pa.Schema) -> pa.Table:
-    """The target's rows in the latest manifest's columns; ``v<N>`` rows keep the latest write ids."""
+def _rows(current: NamespaceState, target: NamespaceState, schema: pa.Schema, token: str | None) -> pa.Table:
+    """The target's rows in the latest manifest's columns; ``v<N>`` rows keep the latest write
+    ids and, with ``token``, apply the staged properties of that token."""
     rows = target.manifest.to_pylist()
     for row in rows:
+        if row["object_type"] != "namespace" or "$" in row["object_id"]:
+            continue
+        props = json.loads(row.get("metadata") or "{}")
+        props.pop(APPLIED_KEY, None)
         now = current.rows_by_id.get(row["object_id"])
-        if row["object_type"] == "namespace" and "$" not in row["object_id"] and now is not None:
-            props = json.loads(row.get("metadata") or "{}")
-            recent = json.loads(now.get("metadata") or "{}").get(WRITE_IDS_PROPERTY)
-            if recent is not None:
-                props[WRITE_IDS_PROPERTY] = recent
-            row["metadata"] = json.dumps(props, separators=(",", ":"), sort_keys=True)
+        recent = json.loads(now.get("metadata") or "{}").get(WRITE_IDS_PROPERTY) if now is not None else None
+        if recent is not None:
+            props[WRITE_IDS_PROPERTY] = recent
+        if token is not None:
+            props[APPLIED_KEY] = token
+        row["metadata"] = json.dumps(props, separators=(",", ":"), sort_keys=True)
     missing = [c for c in target.manifest.column_names if c not in schema.names]
     if missing:
         raise PartitioningError(
@@ -161,16 +185,35 @@ def _rows(current: NamespaceState, target: NamespaceState, schema: pa.Schema) ->
 
 
 def _commit(store: ManifestStore, current: NamespaceState, target: NamespaceState, operation: Operation) -> int:
-    """The restore's commits on top of ``current``; the new manifest version."""
+    """The restore's commits on top of ``current``; the latest manifest version after them.
+
+    Different properties are staged first (one properties commit readers ignore), the rows
+    commit applies them, and a last properties commit writes them as the plain ones (if
+    that one loses a race, the next properties commit of anyone does it)."""
     base = store.dataset(current.version)
-    rows = _rows(current, target, base.schema)
     props = _properties(current, target)
-    changed_props = props != current.metadata
-    if changed_props:
-        commit_metadata(store, base, props, operation, replace=True)
+    token = secrets.token_hex(8) if props != current.metadata else None
+    if token is not None:
+        staged = {staged_key(token): json.dumps(props, separators=(",", ":"), sort_keys=True)}
+        commit_metadata(store, base, staged, operation.with_parameters(step="stage"))
+    rows = _rows(current, target, base.schema, token)
     try:
-        return merge_manifest_rows(store, base, rows, operation, delete_others=True)
+        version = merge_manifest_rows(store, base, rows, operation, delete_others=True)
     except ConcurrentModification:
-        if changed_props:
-            commit_metadata(store, store.dataset(), current.metadata, operation.with_metrics(undone=1), replace=True)
+        if token is not None:
+            _unstage(store, token, operation)
         raise
+    if token is None:
+        return version
+    try:
+        return commit_metadata(store, store.dataset(), {}, operation.with_parameters(step="finish"))
+    except ConcurrentModification:
+        return version  # applied already; the next properties commit writes them out
+
+
+def _unstage(store: ManifestStore, token: str, operation: Operation) -> None:
+    """Remove staged properties nobody applied (best effort: readers ignore them anyway)."""
+    try:
+        commit_metadata(store, store.dataset(), {staged_key(token): None}, operation.with_parameters(step="unstage"))
+    except PartitioningError:
+        pass

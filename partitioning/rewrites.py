@@ -32,7 +32,9 @@ from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
 from partitioning.filters import Dialect
+from partitioning.guard import Guard
 from partitioning.history import Operation
+from partitioning.intents import Intent
 from partitioning.manifest import table_uri
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.schema import NamespaceSchema
@@ -115,19 +117,26 @@ class ReadSet:
 @dataclass(frozen=True)
 class RewriteResult(CommitResult):
     """A :class:`CommitResult` that also counts rows: an updated row is deleted and written,
-    so ``rows_deleted`` and ``rows_written`` include ``rows_updated``."""
+    so ``rows_deleted`` and ``rows_written`` include ``rows_updated``. ``rounds``: how many
+    times the operation ran (a round whose read partitions changed before its commit runs
+    again); ``seconds``: its wall time, the waits included; ``intent``: whether it took an
+    exclusive intent (:mod:`partitioning.intents`) to finish."""
 
     rows_deleted: int = 0
     rows_updated: int = 0
     rows_inserted: int = 0
+    rounds: int = 1
+    seconds: float = 0.0
+    intent: bool = False
 
     def summary(self) -> str:
         if self.skipped:
             return super().summary()
+        tail = f" after {self.rounds} rounds{' (with an intent)' if self.intent else ''}" if self.rounds > 1 else ""
         return (
             f"{self.root}: {self.mode}: {self.rows_updated:,} rows updated, {self.rows_inserted:,} inserted, "
             f"{self.rows_deleted - self.rows_updated:,} deleted, in {self.partitions_touched} partitions "
-            f"({self.partitions_created} new), __manifest v{self.manifest_version}"
+            f"({self.partitions_created} new), __manifest v{self.manifest_version}, {self.seconds:.1f} s{tail}"
         )
 
 
@@ -279,13 +288,17 @@ def commit_rewrite(
     max_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
     max_rows_per_file: int = 1_048_576,
     rows_updated: int = 0,
+    guard: Guard | None = None,
+    intent: Intent | None = None,
 ) -> RewriteResult:
     """Driver side of an operation that deletes ``deletions`` (object_id -> row addresses
     of the versions in ``read``) and adds the fragments in ``messages``: one dataset
     version per touched table, then ONE ``__manifest`` commit.
 
     Raises :class:`ReadSetChanged` when ``read_set`` no longer plans to exactly ``read``
-    (the caller re-runs the operation); other manifest races are rebased and retried.
+    (the caller re-runs the operation); other manifest races are rebased and retried. The
+    commit goes through ``guard``'s protected path (:mod:`partitioning.guard`) and removes
+    the operation's ``intent``.
     """
     spec = ns.specs[spec_id]
     pending = group_messages(check_rejected(messages, schema), spec.field_ids)
@@ -295,7 +308,7 @@ def commit_rewrite(
     last: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
         check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
-        ns.refresh()
+        ns.refresh(guard=guard)
         skipped = already_committed(ns, mode, write_id)
         if skipped is not None:
             return RewriteResult(**{**skipped.__dict__})
@@ -323,7 +336,9 @@ def commit_rewrite(
         if started is not None:
             recorded = recorded.timed(started)
         try:
-            manifest_version = ns.commit_once(commits, write_id=write_id, operation=recorded)
+            manifest_version = ns.commit_once(
+                commits, write_id=write_id, operation=recorded, guard=guard, intent=intent
+            )
         except ConcurrentModification as exc:
             last = exc
             time.sleep(random.uniform(0.01, 0.05) * attempt)

@@ -33,6 +33,7 @@ from partitioning.spec import PartitionSpec
 from partitioning.transforms import canonical_float
 
 if TYPE_CHECKING:
+    from partitioning.guard import Guard
     from partitioning.history import Operation
 
 __all__ = [
@@ -309,6 +310,7 @@ class ManifestHandle(Protocol):
         replace_all: bool = False,
         write_id: str | None = None,
         operation: Operation | None = None,
+        guard: Guard | None = None,
     ) -> int: ...
 
 

@@ -33,8 +33,9 @@ from lance.fragment import FragmentMetadata
 
 from partitioning.commits import check_partition_value_sizes
 from partitioning.errors import ConcurrentModification, PartitioningError, SchemaError
+from partitioning.guard import Guard, guarded
 from partitioning.history import Operation
-from partitioning.leases import write_lease
+from partitioning.intents import Intent
 from partitioning.manifest import table_uri
 from partitioning.namespace import (
     LocationPlanner,
@@ -561,6 +562,8 @@ def commit_write(
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
     operation: Operation | None = None,
     naming_seed: bytes | None = None,
+    guard: Guard | None = None,
+    intent: Intent | None = None,
 ) -> CommitResult:
     """Driver side of a write: dataset commits, then ONE ``__manifest`` commit.
 
@@ -578,9 +581,11 @@ def commit_write(
 
     Before the dataset commits of each attempt, every new fragment's data files must
     exist (one stat per file, in parallel); a missing one fails the write naming the
-    partition and the file, with nothing committed. The caller holds a write lease
-    (:func:`partitioning.leases.write_lease`) from before the fragments were written, so
-    that vacuum keeps them.
+    partition and the file, with nothing committed. The caller holds a lease
+    (``guard``, :func:`partitioning.guard.guarded`) from before the fragments were written, so
+    that vacuum keeps them; the ``__manifest`` commit goes through its protected path.
+    ``intent``: the committer's own exclusive intent, removed by this commit
+    (:mod:`partitioning.intents`).
     """
     started = time.monotonic()
     if mode not in ("append", "overwrite", "overwrite_partitions"):
@@ -625,6 +630,8 @@ def commit_write(
                 write_id=write_id,
                 operation=recorded.timed(started),
                 naming_seed=naming_seed if attempt == 1 else None,
+                guard=guard,
+                intent=intent,
             )
         except ConcurrentModification as exc:
             last_error = exc
@@ -748,7 +755,7 @@ def write_table(
 ) -> CommitResult:
     """Write an Arrow table without Spark, through the same writer and commit protocol.
 
-    The write holds a lease (:func:`partitioning.leases.write_lease`) from before its
+    The write holds a lease (:func:`partitioning.guard.guarded`) from before its
     first fragment until its commit returns. ``before_commit`` is called with the commit
     messages between the fragment writes and the commit (a hook for tests and tools).
     """
@@ -766,7 +773,7 @@ def write_table(
     writer = FragmentWriter.for_namespace(
         ns, max_rows_per_file=max_rows_per_file, max_open_writers=max_open_writers, keys=keys
     )
-    with write_lease(ns.root, ns.storage_options, write_id=write_id):
+    with guarded(ns.root, ns.storage_options, write_id=write_id, bases=(ns.manifest_version,)) as guard:
         batches = list(writer(keyed.to_batches()))
         messages = pa.Table.from_batches(batches, schema=writer.output_schema)
         if before_commit is not None:
@@ -780,4 +787,5 @@ def write_table(
             write_id=write_id,
             max_rows_per_file=max_rows_per_file,
             naming_seed=writer.planner.seed,
+            guard=guard,
         )

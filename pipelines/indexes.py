@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from partitioning.errors import InvalidInput
 from partitioning.filters import Filter
+from partitioning.guard import guarded
 from partitioning.index_model import IndexSpec, record_spec, recorded_specs, save_model, train_model
 from partitioning.indexes import (
     DEFAULT_SAMPLE_SIZE,
@@ -36,7 +37,6 @@ from partitioning.indexes import (
     plan_index_tasks,
     sample_vectors,
 )
-from partitioning.leases import write_lease
 from partitioning.namespace import PartitionedNamespace
 from partitioning.vectors import vector_dimension
 from pipelines.read_options import session_dialect
@@ -113,17 +113,18 @@ def _build(
     replace: bool,
     train: bool,
 ) -> IndexReport:
-    scan = ns.plan_scan(filter, dialect=session_dialect(session) if session is not None else None)
-    tasks = plan_index_tasks(ns, spec, scan, incremental=False, replace=replace)
-    if not tasks:
-        return IndexReport("index", ns.root, ns.manifest_version, (spec.name,))
-    with write_lease(ns.root, ns.storage_options):
+    with guarded(ns.root, ns.storage_options) as guard:
+        ns.refresh(guard=guard)  # the lease is there before the plan reads the tables
+        scan = ns.plan_scan(filter, dialect=session_dialect(session) if session is not None else None)
+        tasks = plan_index_tasks(ns, spec, scan, incremental=False, replace=replace)
+        if not tasks:
+            return IndexReport("index", ns.root, ns.manifest_version, (spec.name,))
         if train:
             spec = _train(session, ns, spec, tasks)
             tasks = [dataclasses.replace(t, spec=spec.to_json()) for t in tasks]
         record_spec(ns.root, spec, ns.storage_options)
         builds = build_segments(session, ns, tasks)
-        return commit_indexes(ns, builds, (spec.name,))
+        return commit_indexes(ns, builds, (spec.name,), guard=guard)
 
 
 def create_vector_index(
@@ -186,13 +187,14 @@ def optimize_indexes(
         raise InvalidInput(
             f"{ns.root} has no recorded index; create one with create_vector_index or create_scalar_index"
         )
-    scan = ns.plan_scan(filter, dialect=session_dialect(session) if session is not None else None)
-    tasks = [t for s in specs.values() for t in plan_index_tasks(ns, s, scan, incremental=True)]
-    if not tasks:
-        return IndexReport("optimize_indexes", ns.root, ns.manifest_version, tuple(sorted(specs)))
-    with write_lease(ns.root, ns.storage_options):
+    with guarded(ns.root, ns.storage_options) as guard:
+        ns.refresh(guard=guard)
+        scan = ns.plan_scan(filter, dialect=session_dialect(session) if session is not None else None)
+        tasks = [t for s in specs.values() for t in plan_index_tasks(ns, s, scan, incremental=True)]
+        if not tasks:
+            return IndexReport("optimize_indexes", ns.root, ns.manifest_version, tuple(sorted(specs)))
         builds = build_segments(session, ns, tasks)
-        report = commit_indexes(ns, builds, tuple(sorted(specs)))
+        report = commit_indexes(ns, builds, tuple(sorted(specs)), guard=guard)
     return IndexReport(
         "optimize_indexes", report.root, report.manifest_version, report.names, report.tables, report.rebuilt
     )

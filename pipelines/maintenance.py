@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.filters import Filter
-from partitioning.leases import write_lease
+from partitioning.guard import guarded
 from partitioning.maintenance import (
     DEFAULT_TARGET_ROWS,
     CompactionResult,
@@ -88,7 +88,8 @@ def compact(
     session (classic or Spark Connect); without one it runs in this process. A plan of at
     most ``local_max_rows`` live rows and ``local_max_bytes`` data-file bytes is rewritten
     in this process too (threads; no Spark job to start); ``local_max_rows=0`` always
-    uses Spark. Either way: one ``__manifest`` commit under the write lease, and readers
+    uses Spark. Either way: one ``__manifest`` commit on the protected path (a lease taken
+    before planning, :mod:`partitioning.guard`), and readers
     of older ``__manifest`` versions keep seeing the old fragments.
     """
     session = session_or_active(spark)
@@ -96,16 +97,16 @@ def compact(
     if session is None:
         log.info("compact %s: no SparkSession, compacting in this process", ns.root)
         return compact_local(ns, filter, target_rows_per_fragment=target_rows_per_fragment)
-    tasks = plan_compaction(
-        ns, filter, target_rows_per_fragment=target_rows_per_fragment, dialect=session_dialect(session)
-    )
-    if not tasks:
-        return MaintenanceReport("compact", ns.root, ns.manifest_version)
-    rows, size = sum(t.rows for t in tasks), sum(t.size_bytes for t in tasks)
-    in_process = rows <= local_max_rows and size <= local_max_bytes
-    label = ns.root.rstrip("/").rsplit("/", 1)[-1]
-    with write_lease(ns.root, ns.storage_options):
-        if in_process:
+    with guarded(ns.root, ns.storage_options) as guard:
+        ns.refresh(guard=guard)  # the lease is there before the plan reads the tables
+        tasks = plan_compaction(
+            ns, filter, target_rows_per_fragment=target_rows_per_fragment, dialect=session_dialect(session)
+        )
+        if not tasks:
+            return MaintenanceReport("compact", ns.root, ns.manifest_version)
+        rows, size = sum(t.rows for t in tasks), sum(t.size_bytes for t in tasks)
+        label = ns.root.rstrip("/").rsplit("/", 1)[-1]
+        if rows <= local_max_rows and size <= local_max_bytes:
             log.info("compact %s: %d bins, %d rows, %d bytes: in this process", ns.root, len(tasks), rows, size)
             results = rewrite_all(tasks)
         else:
@@ -115,7 +116,7 @@ def compact(
                 describe_jobs(session, f"lance_partitioned: compact {len(tasks)} fragment bins ({label})"),
             ):
                 results = [r for batch in run_tasks(session, batches, _rewrite_batch) for r in batch]
-        return commit_compaction(ns, results)
+        return commit_compaction(ns, results, guard=guard)
 
 
 def _batches(tasks: Sequence[CompactionTask]) -> list[list[CompactionTask]]:

@@ -37,7 +37,7 @@ from partitioning.schema import NamespaceSchema
 from partitioning.transforms import canonical_float
 from pipelines.read_options import session_dialect
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE
-from pipelines.rewrite import DEFAULT_ATTEMPTS, addresses, commit_changes, rerun_on_conflict, target_rows
+from pipelines.rewrite import DEFAULT_ATTEMPTS, Round, addresses, commit_changes, rerun_on_conflict, target_rows
 from pipelines.session import driver_root
 from pipelines.transforms import with_partition_columns
 
@@ -196,7 +196,8 @@ def merge_partitioned(
         **({"target_filter": target_filter} if target_filter else {}),
     }
 
-    def attempt(ns: PartitionedNamespace) -> RewriteResult:
+    def attempt(run: Round) -> RewriteResult:
+        ns = run.ns
         schema = ns.namespace_schema
         _check(source, schema, keys, when_matched, when_not_matched, set, matched_condition)
         narrow = {} if when_not_matched_by_source == "delete" else _key_narrowing(source, ns, keys)
@@ -204,7 +205,7 @@ def merge_partitioned(
         read = read_set.plan(ns)
         names = schema.arrow.names
         whole = set is not None or matched_condition is not None or target_filter is not None
-        target = target_rows(session, ns, read, filter=target_filter, columns=None if whole else keys)
+        target = target_rows(session, ns, read, filter=target_filter, columns=None if whole else keys, cache=run.cache)
         joined = _join(target, source, keys, when_not_matched == "insert", when_not_matched_by_source == "delete")
         plan = _plan(joined, names, keys, modes, set, matched_condition).persist()
         try:
@@ -231,6 +232,7 @@ def merge_partitioned(
                 rows_updated=count.get("U", 0),
                 operation=Operation("MERGE", parameters),
                 started=started,
+                run=run,
             )
         finally:
             plan.unpersist()

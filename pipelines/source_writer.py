@@ -54,6 +54,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructField, StructType
 
 from partitioning.errors import InvalidInput, PartitioningError, SpecError
+from partitioning.guard import Guard
 from partitioning.leases import keep_alive, release_lease, take_lease
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
@@ -235,7 +236,9 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                 ns, max_rows_per_file=self.max_rows_per_file, max_bytes_per_file=max_bytes, max_open_writers=max_open
             )
             # tasks refresh it while they write; commit and abort remove it (a crashed job's lapses)
-            self.lease = take_lease(ns.root, write_id=self.write_id, storage_options=ns.storage_options)
+            self.lease = take_lease(
+                ns.root, write_id=self.write_id, storage_options=ns.storage_options, bases=(ns.manifest_version,)
+            )
 
     @staticmethod
     def _namespace(
@@ -322,6 +325,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                 write_id=self.write_id,
                 max_rows_per_file=self.max_rows_per_file,
                 naming_seed=self.fragment_writer.planner.seed,
+                guard=Guard.of_ref(self.lease, self.root, self.storage_options),
             )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -23,7 +23,7 @@ from partitioning.errors import (
     SchemaError,
     SpecError,
 )
-from partitioning.leases import write_lease
+from partitioning.guard import guarded
 from partitioning.manifest import ManifestStore
 from partitioning.namespace import PartitionedNamespace
 from partitioning.schema import NamespaceSchema, check_widening
@@ -261,7 +261,7 @@ def write_partitioned(
 
         return replace_rows(df, ns, replace_where, write_id=write_id, **sizes)
     label = root.rstrip("/").rsplit("/", 1)[-1]
-    with write_lease(ns.root, ns.storage_options, write_id=write_id):
+    with guarded(ns.root, ns.storage_options, write_id=write_id, bases=(ns.manifest_version,)) as guard:
         messages, writer = write_fragments(df, ns, plan_layout=True, **sizes)
         with describe_jobs(df.sparkSession, f"lance_partitioned: commit ({label})"):
             return commit_write(
@@ -273,6 +273,7 @@ def write_partitioned(
                 write_id=write_id,
                 max_rows_per_file=max_rows_per_file,
                 naming_seed=writer.planner.seed,
+                guard=guard,
             )
 
 

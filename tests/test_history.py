@@ -58,7 +58,8 @@ def test_every_operation_is_recorded_newest_first(spark, tmp_path) -> None:
     ops = [r.operation for r in rows]
     assert "UNKNOWN" not in ops
     assert ops == [
-        "RESTORE",  # properties, then rows
+        "RESTORE",  # properties staged, the rows that apply them, the properties written out
+        "RESTORE",
         "RESTORE",
         "INDEX",  # the build, then the definition (a root property)
         "INDEX",
@@ -94,7 +95,11 @@ def test_every_operation_is_recorded_newest_first(spark, tmp_path) -> None:
     assert {r.parameters["spec_id"] for r in by_op["EVOLVE_SPEC"]} == {"2"}
     assert {r.parameters["change"] for r in by_op["EVOLVE_SCHEMA"]} == {"add_columns"}
     assert by_op["INDEX"][0].metrics["partitions_touched"] == 2  # US and FR (IT dropped)
-    assert by_op["RESTORE"][0].parameters == {"version": "5"}
+    assert [r.parameters for r in by_op["RESTORE"]] == [
+        {"version": "5", "step": "finish"},
+        {"version": "5"},
+        {"version": "5", "step": "stage"},
+    ]
     assert by_op["RESTORE"][0].version == restored.manifest_version
 
     # the same from the Spark-free API, limited, and straight from Lance's transaction file

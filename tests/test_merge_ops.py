@@ -204,6 +204,34 @@ def test_merge_racing_an_append_to_its_partitions_reruns_and_loses_nothing(
     assert _stored(root) == oracle.canonical(expected, COLUMNS)
 
 
+def test_a_rerun_reads_again_only_the_partitions_that_changed(
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append to p = 2 during the first round: the second round reads the p = 2 table
+    again and takes the other tables' rows from the first round; the result is exact and
+    reports its two rounds and its time."""
+    root = str(tmp_path / "ns")
+    ns = _namespace(root)
+    late = [{"id": 20, "p": 2, "v": 1}]
+    _inject_once(monkeypatch, lambda: write_table(ns, pa.Table.from_pylist(late, schema=SCHEMA)))
+    reads: list[list[str]] = []
+    real = rewrite.target_rows
+
+    def spied(session: Any, namespace: Any, read: Any, **kwargs: Any) -> Any:
+        if kwargs.get("cache") is None:
+            reads.append(sorted(read))
+        return real(session, namespace, read, **kwargs)
+
+    monkeypatch.setattr(rewrite, "target_rows", spied)
+    source = [(20, 2, 99), (1, 1, 11)]
+    result = merge_partitioned(_source(spark, source), root, on="id")
+    by_value = {next(iter(t.values.values())): t.object_id for t in PartitionedNamespace.load(root).partitions()}
+    assert reads == [sorted(by_value.values()), [by_value[2]]]
+    assert result.rounds == 2 and result.seconds > 0 and "after 2 rounds" in result.summary()
+    expected = oracle.merge([*ROWS, *late], [dict(zip(COLUMNS, r, strict=True)) for r in source], ["id"], oracle.Case())
+    assert _stored(root) == oracle.canonical(expected, COLUMNS)
+
+
 def test_merge_racing_a_merge_on_the_same_partitions_loses_no_update(
     spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -69,8 +69,16 @@ def test_restore_brings_back_an_earlier_version(spark, tmp_path) -> None:
     assert restored.namespace_schema.next_field_id == 3  # "note" had id 2; it is never handed out again
     read = read_partitioned(spark, root).orderBy("id").collect()
     assert [(r.id, r.c) for r in read] == _expected(first)
-    top = history(spark, root, limit=1).collect()[0]
-    assert (top.version, top.operation, top.parameters) == (result.manifest_version, "RESTORE", {"version": str(v1)})
+    # properties and rows change atomically: staged, applied by the rows commit, written out
+    steps = history(spark, root, limit=3).collect()[::-1]
+    assert [(r.operation, r.parameters.get("step")) for r in steps] == [
+        ("RESTORE", "stage"),
+        ("RESTORE", None),
+        ("RESTORE", "finish"),
+    ]
+    assert steps[-1].version == result.manifest_version
+    assert {r.parameters["version"] for r in steps} == {str(v1)}
+    assert not [k for k in lance.dataset(f"{root}/__manifest").metadata if k.startswith("lance_partitioned.staged")]
 
     # writes go on from the restored state; the undone rows stay undone
     write_table(PartitionedNamespace.load(root), _input(range(300, 302)))
@@ -163,7 +171,7 @@ def test_a_commit_racing_a_restore_is_never_lost(tmp_path) -> None:
     with pytest.raises(ConcurrentModification, match="lost 1 races"):
         restore(root, version=v1, max_attempts=1, before_commit=race)
     after = PartitionedNamespace.load(root)
-    assert after.schema.names == ["id", "c", "note"]  # the restore's properties were put back
+    assert after.schema.names == ["id", "c", "note"]  # its staged properties were never applied
     assert _lance_rows(root) == _expected(first, _input(range(10, 15), ("DE",)), racing)
 
     raced.clear()
@@ -171,11 +179,11 @@ def test_a_commit_racing_a_restore_is_never_lost(tmp_path) -> None:
     assert result.attempts == 2
     rows = after.history().to_pylist()
     assert (rows[0]["version"], rows[0]["operation"]) == (result.manifest_version, "RESTORE")
-    # the racing write committed, then the restore (properties put back after the lost race
-    # are recorded as RESTORE with metric undone=1) started again and undid it
+    # the racing write committed, then the restore (its staged properties, never applied, are
+    # removed after the lost race: RESTORE step=unstage) started again and undid it
     (write,) = [r for r in rows if r["version"] == raced[0]]
     assert write["operation"] == "WRITE" and dict(write["metrics"])["rows_added"] == racing.num_rows
     between = [r for r in rows if raced[0] < r["version"] <= result.manifest_version]
     assert {r["operation"] for r in between} == {"RESTORE"}
-    assert sum(dict(r["metrics"]).get("undone", 0) for r in between) == 1
+    assert [dict(r["parameters"]).get("step") for r in between[::-1]] == ["stage", "unstage", "stage", None, "finish"]
     assert _lance_rows(root) == _expected(first)

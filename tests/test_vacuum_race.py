@@ -58,6 +58,15 @@ def _fragment_files(root: str, messages: pa.Table) -> list[Path]:
     return out
 
 
+def _lapse(lease: Path, age: dt.timedelta) -> None:
+    """Make a lease look as if its last heartbeat was ``age`` ago (its writer died then)."""
+    body = json.loads(lease.read_text())
+    then = dt.datetime.now(dt.UTC) - age
+    body["heartbeat"] = then.isoformat()
+    lease.write_text(json.dumps(body))
+    os.utime(lease, (then.timestamp(), then.timestamp()))
+
+
 def _backdate(paths: list[Path], age: dt.timedelta) -> None:
     then = time.time() - age.total_seconds()
     for path in paths:
@@ -247,8 +256,9 @@ def test_a_crashed_writers_lease_protects_until_it_expires(tmp_path: Path) -> No
     assert all(f.exists() for f in files)
     assert any("a write in progress may use it" in s for s in kept.skipped), kept.skipped
 
-    later = dt.datetime.now(dt.UTC) + LEASE_TTL + dt.timedelta(minutes=1)
-    report = vacuum(root, ZERO, allow_short_retention=True, now=later)
+    # the heartbeat stopped LEASE_TTL ago (a lease's life is judged on the real clock)
+    _lapse(Path(lease.uri), LEASE_TTL + dt.timedelta(minutes=1))
+    report = vacuum(root, ZERO, allow_short_retention=True)
     assert f"lease {lease.uri} (expired)" in report.deleted
     assert not any(f.exists() for f in files)
     assert list_leases(root) == []
