@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SPARK_SUBMIT := $(VENV)/bin/spark-submit
-# the reference murmur3 as a Java UDF (java/); pipelines.session adds it to spark.jars
+# the JVM layer (java/: the reference murmur3 as a Java UDF, the DSv2 provider, catalog and
+# row-level operations over the Python engine); pipelines.session adds it to spark.jars
 JAR := build/lance-partitioned-udfs.jar
 # JDK 17 prints this for Spark's --add-modules=jdk.incubator.vector and has no flag to stop it
 QUIET_JVM := 2> >(grep -v --line-buffered '^WARNING: Using incubator modules: jdk.incubator.vector$$' >&2)
@@ -20,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@$(MAKE) --no-print-directory java
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
 	touch $(STAMP)
 
 java:
@@ -30,13 +31,13 @@ java:
 	fi
 	@java -version 2>&1 | head -1
 
-$(JAR): $(STAMP) $(wildcard java/lance_partitioned/*.java)
+$(JAR): $(STAMP) $(wildcard java/lance_partitioned/*.java) $(wildcard java/resources/META-INF/services/*)
 	@command -v javac >/dev/null 2>&1 || $(MAKE) --no-print-directory java
 	rm -rf build/classes && mkdir -p build/classes
 	javac --release 17 -Xlint:all,-path -Werror -d build/classes \
 		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
 		java/lance_partitioned/*.java
-	jar --create --file $@ -C build/classes .
+	jar --create --file $@ -C build/classes . -C java/resources .
 
 run: $(STAMP) $(JAR)
 	$(SUBMIT) jobs/demo.py --root warehouse/events $(QUIET_JVM)

@@ -118,9 +118,12 @@ def commit_once(
     naming_seed: bytes | None = None,
     guard: Guard | None = None,
     intent: Intent | None = None,
+    remove: Sequence[str] = (),
 ) -> int:
     """One optimistic commit of ``commits`` on the state ``ns`` last read, recording
-    ``operation`` (:mod:`partitioning.history`); the new manifest version.
+    ``operation`` (:mod:`partitioning.history`); the new manifest version. ``remove``: ids
+    of other tables this commit removes (with the namespaces they leave empty), as an
+    overwrite of the partitions a condition selects does.
 
     Another operation's live intent (:mod:`partitioning.intents`) on a table ``commits``
     touch (or on any table, when ``commits`` create one) makes this commit wait for it to
@@ -140,14 +143,15 @@ def commit_once(
     the ``object_id`` nor the ``location`` column of a large manifest."""
     state = ns._state
     fresh = _seed_named(state, commits, naming_seed)
-    touched = {c.object_id or object_id_from_location(c.location) for c in commits}
+    touched = {c.object_id or object_id_from_location(c.location) for c in commits} | set(remove)
     _wait_for_intents(
         ns, touched, lambda: replace_all or bool(touched - set(state.rows_for(touched - fresh[0]))), intent
     )
     if replace_all or intent is not None:
         spec_ids = set(state.specs)
     else:
-        spec_ids = {c.spec_id for c in commits} or {state.current_spec.spec_id}
+        spec_ids = {c.spec_id for c in commits} | {spec_id_of(oid) for oid in remove}
+        spec_ids = (spec_ids & set(state.specs)) or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
     rows = commit_rows(state, commits, base.schema.names, fresh=fresh)
     rows.extend(lock_rows(state, spec_ids, write_id, clear_intent=intent.token if intent is not None else None))
@@ -157,9 +161,26 @@ def commit_once(
         for c in commits
         for oid in [c.object_id or object_id_from_location(c.location)]
     ]
+    doomed = _removed_with_namespaces(
+        state, remove, {c.object_id or object_id_from_location(c.location) for c in commits}
+    )
     with _guard_of(ns, guard) as g:
         g.before_commit(refs)
-        return _commit(ns, base, table, operation, replace_all=replace_all, fresh_ids=fresh[0])
+        return _commit(ns, base, table, operation, replace_all=replace_all, fresh_ids=fresh[0], delete_ids=doomed)
+
+
+def _removed_with_namespaces(state: NamespaceState, remove: Sequence[str], kept: set[str]) -> list[str]:
+    """``remove`` (tables not in ``kept``) and the namespace rows they alone keep alive."""
+    doomed = set(remove) - kept
+    if not doomed:
+        return []
+    tables = [
+        r["object_id"] for r in state.rows if r["object_type"] == "table" and spec_id_of(r["object_id"]) in state.specs
+    ]
+    remaining = [oid for oid in tables if oid not in doomed] + sorted(kept)
+    live = {oid.rsplit("$", k)[0] for oid in remaining for k in range(1, oid.count("$"))}
+    empty = {oid.rsplit("$", k)[0] for oid in doomed for k in range(1, oid.count("$"))} - live
+    return sorted(doomed | empty)
 
 
 def _wait_for_intents(ns: ManifestHandle, touched: set[str], creates: Callable[[], bool], own: Intent | None) -> None:

@@ -280,6 +280,7 @@ class PartitionedNamespace:
         naming_seed: bytes | None = None,
         guard: Guard | None = None,
         intent: Intent | None = None,
+        remove: Sequence[str] = (),
     ) -> int:
         """One optimistic ``__manifest`` commit based on the state this object last read, recording
         ``operation`` (:meth:`history`). It rewrites the ``v<N>`` row of each spec it touches, so
@@ -299,6 +300,7 @@ class PartitionedNamespace:
             naming_seed=naming_seed,
             guard=guard,
             intent=intent,
+            remove=remove,
         )
 
     def remove_tables(

@@ -31,7 +31,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
-from partitioning.filters import Dialect
+from partitioning.filters import Dialect, Filter
 from partitioning.guard import Guard
 from partitioning.history import Operation
 from partitioning.intents import Intent
@@ -77,7 +77,7 @@ class ReadSet:
     one of the tuples. Specs without an entry are not narrowed.
     """
 
-    filter: str | None
+    filter: str | Filter | None
     dialect: Dialect
     keys: Mapping[int, tuple[tuple[str, ...], frozenset[tuple[Any, ...]]]] = field(default_factory=dict)
 

@@ -32,7 +32,7 @@ from partitioning.transforms import (
     transform_from_json,
 )
 
-__all__ = ["PartitionField", "PartitionSpec", "parse_partition_by", "time_hierarchy_gaps"]
+__all__ = ["PartitionField", "PartitionSpec", "parse_partition_by", "spec_of_parts", "time_hierarchy_gaps"]
 
 _log = logging.getLogger(__name__)
 
@@ -374,7 +374,7 @@ def parse_partition_by(exprs: Sequence[str], schema: NamespaceSchema, *, spec_id
     """
     if isinstance(exprs, str):
         exprs = [exprs]
-    fields = []
+    parts: list[tuple[Transform, list[str], str | None]] = []
     for text in exprs:
         m = _PARTITION_BY_RE.match(text)
         if m:
@@ -391,6 +391,17 @@ def parse_partition_by(exprs: Sequence[str], schema: NamespaceSchema, *, spec_id
             transform, cols, alias = IdentityTransform(), [plain.group("col")], plain.group("alias")
         if not cols:
             raise SpecError(f"partition expression {text!r} names no column")
+        parts.append((transform, cols, alias))
+    return spec_of_parts(parts, schema, spec_id=spec_id)
+
+
+def spec_of_parts(
+    parts: Sequence[tuple[Transform, Sequence[str], str | None]], schema: NamespaceSchema, *, spec_id: int = 1
+) -> PartitionSpec:
+    """A spec from (transform, source column names, field id or None) triples, field ids
+    derived as :func:`parse_partition_by` derives them; validated against ``schema``."""
+    fields = []
+    for transform, cols, alias in parts:
         source_fields = [schema.field_by_name(c) for c in cols]
         source_ids = [field_id_of(f) for f in source_fields]
         transform.check_sources(source_fields)

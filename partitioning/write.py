@@ -564,8 +564,13 @@ def commit_write(
     naming_seed: bytes | None = None,
     guard: Guard | None = None,
     intent: Intent | None = None,
+    replace: Callable[[PartitionedNamespace], Sequence[str]] | None = None,
 ) -> CommitResult:
     """Driver side of a write: dataset commits, then ONE ``__manifest`` commit.
+
+    ``replace`` (with mode ``overwrite_partitions``): for the state an attempt commits on,
+    the ids of the tables the write replaces besides those it writes (an overwrite of the
+    partitions a condition selects); the same commit removes them.
 
     ``naming_seed`` is the seed the write's :class:`FragmentWriter` named new partitions
     with (its ``planner.seed``): the first attempt then does not look for those names in
@@ -623,6 +628,9 @@ def commit_write(
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(planned)))) as pool:
             commits = list(pool.map(commit_one, planned))
         recorded = _write_operation(ns, mode, write_id, pending.values(), commits, created, operation)
+        removed = list(replace(ns)) if replace is not None else []
+        if removed:
+            recorded = recorded.with_metrics(partitions_removed=len(set(removed) - {c.object_id for c in commits}))
         try:
             manifest_version = ns.commit_once(
                 commits,
@@ -632,6 +640,7 @@ def commit_write(
                 naming_seed=naming_seed if attempt == 1 else None,
                 guard=guard,
                 intent=intent,
+                remove=removed,
             )
         except ConcurrentModification as exc:
             last_error = exc

@@ -46,6 +46,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import datasource as ds
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -90,14 +91,38 @@ _PROBED: dict[str, bool] = {}
 LAST_SHARED_PLAN_VERSION = (4, 3, 0)
 
 
+JVM_MARKER = "spark.lance_partitioned.format"
+
+
 def register_data_source(spark: SparkSession) -> None:
-    """Make ``format("lance_partitioned")`` available in this session (registered once per
-    session, classic or Spark Connect, bound to its master: :func:`pipelines.session.register_bound`)."""
-    if pushdown_is_per_scan(spark):
-        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-        register_bound(spark, PerScanPushdownDataSource)
-    else:
-        register_bound(spark, LancePartitionedDataSource)
+    """Make ``format("lance_partitioned")`` available in this session.
+
+    With the project's jar on the classpath the format is its JVM provider (per-scan
+    pushdown, a catalog, SQL DML; ``java/lance_partitioned``), whose Python engine Spark
+    registers by itself (``pyspark_lance_partitioned``): nothing to register. Without the
+    jar it is this Python source, registered once per session, classic or Spark Connect,
+    bound to its master (:func:`pipelines.session.register_bound`)."""
+    jvm_layer(spark)
+
+
+def jvm_layer(spark: SparkSession) -> bool:
+    """Whether ``format("lance_partitioned")`` is the jar's JVM provider in this session; the
+    first call finds out by registering the Python source (refused by Spark when a JVM
+    source has the name), and remembers it in the session conf :data:`JVM_MARKER`."""
+    state = spark.conf.get(JVM_MARKER, None)
+    if state is None:
+        per_scan = pushdown_is_per_scan(spark)
+        try:
+            register_bound(spark, PerScanPushdownDataSource if per_scan else LancePartitionedDataSource)
+            state = "python"
+        except PySparkException as exc:
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+                raise
+            state = "jvm"
+        if state == "python" and per_scan:
+            spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        spark.conf.set(JVM_MARKER, state)
+    return state == "jvm"
 
 
 def relative_path_missing(path: str) -> str:

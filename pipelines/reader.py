@@ -199,7 +199,26 @@ class LancePartitionedReader(DataSourceReader):
         self.object_ids = _object_ids(options.get("object_ids"))
         self.rows_per_split = _positive_int(options, "rows_per_split", TARGET_ROWS_PER_SPLIT)
         self.max_partitions = _positive_int(options, "max_partitions", MAX_PARTITIONS)
+        self.planned: tuple[ScanTask, ...] | None = None
         self._ns = ns
+
+    @classmethod
+    def of_plan(
+        cls,
+        ns: PartitionedNamespace,
+        schema: StructType,
+        options: Mapping[str, str],
+        tasks: Sequence[ScanTask],
+        *,
+        exact: Filter,
+        prune: Filter,
+    ) -> LancePartitionedReader:
+        """A reader of tasks planned already (by the JVM layer's plan call,
+        :mod:`pipelines.bridge`), with the filters they were planned with: ``exact`` (bound,
+        fully understood) is applied to rows, ``prune`` only prunes."""
+        reader = cls(ns, schema, {k: v for k, v in options.items() if k not in ("filter", "prune_filter")})
+        reader.exact, reader.prune, reader.planned = exact, prune, tuple(tasks)
+        return reader
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -227,7 +246,10 @@ class LancePartitionedReader(DataSourceReader):
             raise
 
     def _partitions(self) -> list[InputPartition]:
-        tasks = list(self._namespace().plan_scan(self.scan_filter))
+        if self.planned is not None:
+            tasks = list(self.planned)
+        else:
+            tasks = list(self._namespace().plan_scan(self.scan_filter))
         if self.object_ids is not None:
             tasks = [t for t in tasks if t.object_id in self.object_ids]
         if not tasks:

@@ -28,6 +28,8 @@ class Case:
     condition: tuple[str, Callable[[Row, Row], bool]] | None = None
     assignments: tuple[Mapping[str, str], Callable[[Row, Row], Row]] | None = None
     target_filter: tuple[str, Callable[[Row], bool]] | None = None
+    # SQL's WHEN NOT MATCHED BY SOURCE AND <condition> THEN DELETE (the oracle only)
+    by_source_condition: Callable[[Row], bool] | None = None
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -72,7 +74,8 @@ def merge(target: Sequence[Row], source: Sequence[Row], keys: Sequence[str], cas
                 out.append(case.assignments[1](chosen, t) if case.assignments else dict(chosen))
             continue
         if case.when_not_matched_by_source == "delete" and in_scope(t):
-            continue
+            if case.by_source_condition is None or case.by_source_condition(t):
+                continue
         out.append(dict(t))
     if case.when_not_matched == "insert":
         out.extend(dict(s) for s in source if key(s) is None or key(s) not in matched_keys)

@@ -1,0 +1,109 @@
+package lance_partitioned;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * How the JVM layer reaches the project's Python engine: every call goes through a fresh
+ * {@link PythonDataSourceV2} of the Python source {@code lance_partitioned_py}
+ * (pipelines/bridge.py), so no scan, write or catalog call ever shares another's state.
+ * A call is the source's {@code schema()} with {@code lp.call} set; its answer is JSON in
+ * the returned schema's metadata.
+ */
+final class Bridge {
+  static final String PYTHON_SOURCE = "lance_partitioned_py";
+  /** The Spark this layer was compiled against; another one gets the plain Python source. */
+  static final String COMPILED_FOR = "4.3.0";
+  static final ObjectMapper JSON = new ObjectMapper();
+  static final Logger LOG = LoggerFactory.getLogger("lance_partitioned");
+  private static volatile Boolean compatible;
+
+  private Bridge() {}
+
+  /** Whether this Spark is the one the layer was compiled for (checked once, logged once if not). */
+  static boolean compatible() {
+    Boolean known = compatible;
+    if (known == null) {
+      String running = org.apache.spark.package$.MODULE$.SPARK_VERSION();
+      known = COMPILED_FOR.equals(running);
+      if (!known) {
+        LOG.warn(
+            "lance_partitioned: this jar was compiled for Spark {} and runs on Spark {}; using the Python data "
+                + "source as is (no per-scan pushdown, catalog or SQL DML)",
+            COMPILED_FOR,
+            running);
+      }
+      compatible = known;
+    }
+    return known;
+  }
+
+  /** The session's time zone, for a timestamp written without one. */
+  static String sessionTimeZone() {
+    return org.apache.spark.sql.internal.SQLConf.get().sessionLocalTimeZone();
+  }
+
+  /** The master of the active session (the Python side refuses a relative root on a cluster). */
+  static String master() {
+    scala.Option<org.apache.spark.sql.SparkSession> active = org.apache.spark.sql.SparkSession.getActiveSession();
+    return active.isDefined() ? active.get().sparkContext().master() : null;
+  }
+
+  static PythonDataSourceV2 source() {
+    PythonDataSourceV2 ds = new PythonDataSourceV2();
+    ds.setShortName(PYTHON_SOURCE);
+    return ds;
+  }
+
+  /** Run {@code schema()} of a fresh source with these options; the JSON answer. */
+  static JsonNode ask(Map<String, String> options) {
+    StructType answer = source().inferSchema(new CaseInsensitiveStringMap(options));
+    return parse(answer);
+  }
+
+  static JsonNode parse(StructType answer) {
+    if (answer.fields().length != 1 || !answer.fields()[0].metadata().contains("lp")) {
+      throw new IllegalStateException("lance_partitioned: the Python side answered " + answer.simpleString());
+    }
+    try {
+      return JSON.readTree(answer.fields()[0].metadata().getString("lp"));
+    } catch (JsonProcessingException e) {
+      throw new IllegalStateException("lance_partitioned: the Python side answered no JSON", e);
+    }
+  }
+
+  /** A catalog call with its arguments; the JSON answer. */
+  static JsonNode call(String name, Map<String, Object> args, Map<String, String> storage) {
+    Map<String, String> options = new HashMap<>(storage);
+    options.put("lp.call", name);
+    options.put("lp.args", write(args));
+    return ask(options);
+  }
+
+  static String write(Object value) {
+    try {
+      return JSON.writeValueAsString(value);
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("lance_partitioned: cannot write " + value, e);
+    }
+  }
+
+  /** The storage options ({@code storage.<key>}) among these options. */
+  static Map<String, String> storageOptions(Map<String, String> options) {
+    Map<String, String> out = new HashMap<>();
+    for (Map.Entry<String, String> e : options.entrySet()) {
+      if (e.getKey().toLowerCase(java.util.Locale.ROOT).startsWith("storage.")) {
+        out.put(e.getKey(), e.getValue());
+      }
+    }
+    return out;
+  }
+}

@@ -1,0 +1,295 @@
+package lance_partitioned;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.sql.catalyst.analysis.NamespaceAlreadyExistsException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.catalyst.analysis.NonEmptyNamespaceException;
+import org.apache.spark.sql.catalyst.analysis.TableAlreadyExistsException;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.NamespaceChange;
+import org.apache.spark.sql.connector.catalog.SupportsNamespaces;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCatalog;
+import org.apache.spark.sql.connector.catalog.TableChange;
+import org.apache.spark.sql.connector.catalog.TableInfo;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.Literal;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * A Spark catalog over a warehouse root: {@code spark.sql.catalog.lance=lance_partitioned.LanceCatalog},
+ * {@code spark.sql.catalog.lance.warehouse=<root>} (and {@code .storage.<key>} for an object
+ * store). A namespace is a directory, a table the partitioned namespace at
+ * {@code <warehouse>/<namespace>/<table>}; every call is made by the Python side
+ * (pipelines/bridge_catalog.py), and each load reads the latest {@code __manifest} version
+ * (or {@code VERSION AS OF} / {@code TIMESTAMP AS OF}), so the schema is never stale.
+ */
+public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
+  private String name;
+  private String warehouse;
+  private Map<String, String> storage = Collections.emptyMap();
+
+  @Override
+  public void initialize(String catalogName, CaseInsensitiveStringMap options) {
+    name = catalogName;
+    warehouse = options.get("warehouse");
+    if (warehouse == null || warehouse.isEmpty()) {
+      throw new IllegalArgumentException(
+          "lance_partitioned: catalog " + catalogName + " needs spark.sql.catalog." + catalogName + ".warehouse=<root>");
+    }
+    Map<String, String> opts = new HashMap<>();
+    for (Map.Entry<String, String> e : options.asCaseSensitiveMap().entrySet()) {
+      if (e.getKey().toLowerCase(java.util.Locale.ROOT).startsWith("storage.")) {
+        opts.put(e.getKey(), e.getValue());
+      }
+    }
+    storage = Collections.unmodifiableMap(opts);
+    if (!Bridge.compatible()) {
+      throw new IllegalStateException(
+          "lance_partitioned: catalog " + catalogName + " needs Spark " + Bridge.COMPILED_FOR + " (this jar's)");
+    }
+  }
+
+  @Override
+  public String name() {
+    return name;
+  }
+
+  private Map<String, Object> at(String[] namespace) {
+    Map<String, Object> args = new HashMap<>();
+    args.put("warehouse", warehouse);
+    args.put("namespace", Arrays.asList(namespace));
+    return args;
+  }
+
+  private Map<String, Object> at(Identifier ident) {
+    Map<String, Object> args = at(ident.namespace());
+    args.put("name", ident.name());
+    return args;
+  }
+
+  private JsonNode call(String call, Map<String, Object> args) {
+    return Bridge.call(call, args, storage);
+  }
+
+  // -- tables ------------------------------------------------------------------------------------
+  @Override
+  public Identifier[] listTables(String[] namespace) throws NoSuchNamespaceException {
+    if (!namespaceExists(namespace)) {
+      throw new NoSuchNamespaceException(namespace);
+    }
+    List<Identifier> out = new ArrayList<>();
+    for (JsonNode t : call("list_tables", at(namespace))) {
+      out.add(Identifier.of(namespace, t.asText()));
+    }
+    return out.toArray(new Identifier[0]);
+  }
+
+  private Table load(Identifier ident, Map<String, Object> extra) throws NoSuchTableException {
+    Map<String, Object> args = at(ident);
+    args.putAll(extra);
+    args.put("missing_ok", true);
+    JsonNode d = call("describe", args);
+    if (d.has("error")) {
+      throw new NoSuchTableException(ident);
+    }
+    Described described = Described.of(d);
+    Map<String, String> options = new HashMap<>(storage);
+    return new LanceTable(name + "." + ident, described, described.root, options, described.schema, false);
+  }
+
+  @Override
+  public Table loadTable(Identifier ident) throws NoSuchTableException {
+    return load(ident, Collections.emptyMap());
+  }
+
+  @Override
+  public Table loadTable(Identifier ident, String version) throws NoSuchTableException {
+    return load(ident, Collections.singletonMap("version", version));
+  }
+
+  @Override
+  public Table loadTable(Identifier ident, long timestampMicros) throws NoSuchTableException {
+    return load(ident, Collections.singletonMap("timestamp_micros", timestampMicros));
+  }
+
+  @Override
+  public Table createTable(Identifier ident, TableInfo info) throws TableAlreadyExistsException, NoSuchNamespaceException {
+    return create(ident, info.schema(), info.partitions(), info.properties());
+  }
+
+  private Table create(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
+      throws TableAlreadyExistsException {
+    Map<String, Object> args = at(ident);
+    args.put("schema", schema.json());
+    args.put("partitioning", transforms(partitions));
+    args.put("properties", properties);
+    JsonNode d = call("create_table", args);
+    if (d.has("error")) {
+      throw new TableAlreadyExistsException(ident);
+    }
+    Described described = Described.of(d);
+    return new LanceTable(name + "." + ident, described, described.root, new HashMap<>(storage), described.schema, false);
+  }
+
+  static List<Map<String, Object>> transforms(Transform[] partitions) {
+    List<Map<String, Object>> out = new ArrayList<>();
+    for (Transform t : partitions) {
+      Map<String, Object> m = new LinkedHashMap<>();
+      m.put("name", t.name());
+      List<Map<String, Object>> args = new ArrayList<>();
+      for (Expression e : t.arguments()) {
+        Map<String, Object> arg = new LinkedHashMap<>();
+        if (e instanceof NamedReference) {
+          arg.put("col", Arrays.asList(((NamedReference) e).fieldNames()));
+        } else if (e instanceof Literal) {
+          Object v = ((Literal<?>) e).value();
+          arg.put("lit", v == null ? null : v.toString());
+          arg.put("type", ((Literal<?>) e).dataType().typeName());
+        } else {
+          arg.put("other", e.toString());
+        }
+        args.add(arg);
+      }
+      m.put("args", args);
+      out.add(m);
+    }
+    return out;
+  }
+
+  @Override
+  public Table alterTable(Identifier ident, TableChange... changes) throws NoSuchTableException {
+    loadTable(ident);
+    List<Map<String, Object>> list = new ArrayList<>();
+    for (TableChange c : changes) {
+      list.add(change(c));
+    }
+    Map<String, Object> args = at(ident);
+    args.put("changes", list);
+    call("alter_table", args);
+    return loadTable(ident);
+  }
+
+  private static Map<String, Object> change(TableChange c) {
+    Map<String, Object> m = new LinkedHashMap<>();
+    if (c instanceof TableChange.AddColumn) {
+      TableChange.AddColumn a = (TableChange.AddColumn) c;
+      m.put("kind", "add");
+      m.put("path", Arrays.asList(a.fieldNames()));
+      m.put("type", a.dataType().json());
+      m.put("nullable", a.isNullable());
+      m.put("position", a.position() == null ? null : a.position().toString());
+    } else if (c instanceof TableChange.RenameColumn) {
+      TableChange.RenameColumn r = (TableChange.RenameColumn) c;
+      m.put("kind", "rename");
+      m.put("path", Arrays.asList(r.fieldNames()));
+      m.put("new", r.newName());
+    } else if (c instanceof TableChange.DeleteColumn) {
+      TableChange.DeleteColumn d = (TableChange.DeleteColumn) c;
+      m.put("kind", "drop");
+      m.put("path", Arrays.asList(d.fieldNames()));
+      m.put("if_exists", d.ifExists());
+    } else if (c instanceof TableChange.UpdateColumnType) {
+      TableChange.UpdateColumnType u = (TableChange.UpdateColumnType) c;
+      m.put("kind", "type");
+      m.put("path", Arrays.asList(u.fieldNames()));
+      m.put("type", u.newDataType().json());
+    } else {
+      m.put("kind", "other");
+      m.put("what", c.getClass().getSimpleName());
+    }
+    return m;
+  }
+
+  @Override
+  public boolean dropTable(Identifier ident) {
+    return drop(ident, false);
+  }
+
+  @Override
+  public boolean purgeTable(Identifier ident) {
+    return drop(ident, true);
+  }
+
+  private boolean drop(Identifier ident, boolean purge) {
+    Map<String, Object> args = at(ident);
+    args.put("purge", purge);
+    return call("drop_table", args).path("dropped").asBoolean(false);
+  }
+
+  @Override
+  public void renameTable(Identifier from, Identifier to) {
+    throw new UnsupportedOperationException(
+        "lance_partitioned: RENAME TABLE is not supported (a table is its directory under the warehouse)");
+  }
+
+  // -- namespaces --------------------------------------------------------------------------------
+  @Override
+  public String[][] listNamespaces() throws NoSuchNamespaceException {
+    return listNamespaces(new String[0]);
+  }
+
+  @Override
+  public String[][] listNamespaces(String[] namespace) throws NoSuchNamespaceException {
+    if (namespace.length > 0 && !namespaceExists(namespace)) {
+      throw new NoSuchNamespaceException(namespace);
+    }
+    List<String[]> out = new ArrayList<>();
+    for (JsonNode n : call("list_namespaces", at(namespace))) {
+      String[] child = Arrays.copyOf(namespace, namespace.length + 1);
+      child[namespace.length] = n.asText();
+      out.add(child);
+    }
+    return out.toArray(new String[0][]);
+  }
+
+  @Override
+  public boolean namespaceExists(String[] namespace) {
+    return call("namespace_exists", at(namespace)).asBoolean(false);
+  }
+
+  @Override
+  public Map<String, String> loadNamespaceMetadata(String[] namespace) throws NoSuchNamespaceException {
+    if (!namespaceExists(namespace)) {
+      throw new NoSuchNamespaceException(namespace);
+    }
+    return Collections.emptyMap();
+  }
+
+  @Override
+  public void createNamespace(String[] namespace, Map<String, String> metadata) throws NamespaceAlreadyExistsException {
+    if (namespaceExists(namespace)) {
+      throw new NamespaceAlreadyExistsException(namespace);
+    }
+    call("create_namespace", at(namespace));
+  }
+
+  @Override
+  public void alterNamespace(String[] namespace, NamespaceChange... changes) {
+    throw new UnsupportedOperationException("lance_partitioned: namespaces have no properties to alter");
+  }
+
+  @Override
+  public boolean dropNamespace(String[] namespace, boolean cascade)
+      throws NoSuchNamespaceException, NonEmptyNamespaceException {
+    if (!namespaceExists(namespace)) {
+      throw new NoSuchNamespaceException(namespace);
+    }
+    JsonNode r = call("drop_namespace", at(namespace));
+    if (r.isObject() && r.has("error")) {
+      throw new NonEmptyNamespaceException(namespace);
+    }
+    return true;
+  }
+}

@@ -1,0 +1,107 @@
+package lance_partitioned;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * {@code format("lance_partitioned")}: a namespace root as a table, read at the
+ * {@code __manifest} version current when the DataFrame is created (or {@code versionAsOf} /
+ * {@code timestampAsOf}), so every scan of one DataFrame reads one version. On a Spark this
+ * jar was not compiled for, the Python data source itself (no per-scan pushdown).
+ */
+public final class LanceProvider implements TableProvider, DataSourceRegister {
+  static final String SHORT_NAME = "lance_partitioned";
+  /** Options of the Python source's own planning (read_partitioned, merges, vector search): with
+   * one of them a read is the Python source's, which prunes by them and pushes nothing. */
+  static final Set<String> PYTHON_PLANNED =
+      new HashSet<>(Arrays.asList("nearest", "columns", "with_row_address", "object_ids", "filter", "prune_filter"));
+  private JsonNode described; // this lookup's describe call, shared by inferSchema and getTable
+
+  @Override
+  public String shortName() {
+    return SHORT_NAME;
+  }
+
+  @Override
+  public boolean supportsExternalMetadata() {
+    return true;
+  }
+
+  static boolean pythonPlanned(Map<String, String> options) {
+    for (String key : options.keySet()) {
+      if (PYTHON_PLANNED.contains(key.toLowerCase(Locale.ROOT))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  @Override
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    if (!Bridge.compatible() || pythonPlanned(options.asCaseSensitiveMap())) {
+      return Bridge.source().inferSchema(options);
+    }
+    JsonNode d = describe(options.asCaseSensitiveMap());
+    if (d.has("error")) {
+      throw new IllegalArgumentException(d.get("message").asText());
+    }
+    return Described.of(d).schema;
+  }
+
+  private JsonNode describe(Map<String, String> options) {
+    if (described == null) {
+      Map<String, String> lower = lowered(options);
+      String path = lower.get("path");
+      if (path == null || path.isEmpty()) {
+        throw new IllegalArgumentException("lance_partitioned: load(path) is required: the namespace root");
+      }
+      Map<String, Object> args = new HashMap<>();
+      args.put("root", path);
+      args.put("missing_ok", true);
+      if (lower.containsKey("versionasof")) {
+        args.put("version", lower.get("versionasof"));
+      }
+      if (lower.containsKey("timestampasof")) {
+        args.put("timestamp_text", lower.get("timestampasof"));
+        args.put("time_zone", lower.getOrDefault("timezone", Bridge.sessionTimeZone()));
+      }
+      args.put("master", Bridge.master());
+      described = Bridge.call("describe", args, options);
+    }
+    return described;
+  }
+
+  @Override
+  public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    if (!Bridge.compatible() || pythonPlanned(properties)) {
+      return Bridge.source().getTable(schema, partitioning, properties);
+    }
+    JsonNode d = describe(properties);
+    Described snapshot = d.has("error") ? null : Described.of(d);
+    Map<String, String> lower = lowered(properties);
+    String path = lower.get("path");
+    // a session catalog table (CREATE TABLE ... USING lance_partitioned) resolves SQL columns
+    // as any table does; the DataFrame API hands the Python writer the rows as they are
+    boolean catalogTable = lower.containsKey("provider");
+    return new LanceTable(path, snapshot, path, properties, schema, !catalogTable);
+  }
+
+  static Map<String, String> lowered(Map<String, String> options) {
+    Map<String, String> out = new HashMap<>();
+    for (Map.Entry<String, String> e : options.entrySet()) {
+      out.put(e.getKey().toLowerCase(Locale.ROOT), e.getValue());
+    }
+    return out;
+  }
+}

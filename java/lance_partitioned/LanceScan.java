@@ -1,0 +1,60 @@
+package lance_partitioned;
+
+import org.apache.spark.sql.connector.metric.CustomMetric;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * One planned scan: the Python source's scan (this scan's own instance and plan), described
+ * for {@code EXPLAIN} with what was pushed and how many partition tables it reads.
+ */
+final class LanceScan implements Scan {
+  private final Scan inner;
+  private final String root;
+  private final String summary;
+  private final String pushed;
+  private final String pruning;
+
+  LanceScan(Scan inner, String root, String summary, String pushed, String pruning) {
+    this.inner = inner;
+    this.root = root;
+    this.summary = summary;
+    this.pushed = pushed;
+    this.pruning = pruning;
+  }
+
+  @Override
+  public StructType readSchema() {
+    return inner.readSchema();
+  }
+
+  @Override
+  public String description() {
+    return "LancePartitionedScan "
+        + root
+        + " [PushedPredicates: "
+        + pushed
+        + ", PruningPredicates: "
+        + pruning
+        + ", ReadSchema: "
+        + inner.readSchema().simpleString()
+        + "] "
+        + summary;
+  }
+
+  @Override
+  public Batch toBatch() {
+    return inner.toBatch();
+  }
+
+  @Override
+  public CustomMetric[] supportedCustomMetrics() {
+    return inner.supportedCustomMetrics();
+  }
+
+  @Override
+  public ColumnarSupportMode columnarSupportMode() {
+    return inner.columnarSupportMode();
+  }
+}

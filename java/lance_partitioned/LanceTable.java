@@ -1,0 +1,207 @@
+package lance_partitioned;
+
+import java.util.Collections;
+import java.util.EnumSet;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.connector.catalog.CatalogV2Util;
+import org.apache.spark.sql.connector.catalog.Column;
+import org.apache.spark.sql.connector.catalog.MetadataColumn;
+import org.apache.spark.sql.connector.catalog.SupportsDeleteV2;
+import org.apache.spark.sql.connector.catalog.SupportsMetadataColumns;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsRowLevelOperations;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.expressions.filter.Predicate;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.RowLevelOperationBuilder;
+import org.apache.spark.sql.connector.write.RowLevelOperationInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * A partitioned namespace as a Spark table, at one {@code __manifest} version (or, for a
+ * DataFrame write to a new root, not yet created). Immutable: every scan, write and row-level
+ * operation builds its own state from its own arguments.
+ */
+final class LanceTable
+    implements SupportsRead,
+        SupportsWrite,
+        SupportsMetadataColumns,
+        SupportsRowLevelOperations,
+        SupportsDeleteV2 {
+  static final String ROW_TABLE = "_lance_table";
+  static final String ROW_ADDRESS = "_lance_rowaddr";
+
+  final String name;
+  final Described described; // null: a root no namespace is at yet (a DataFrame write creates it)
+  final String root;
+  final Map<String, String> options; // path, storage.<key>, read and write options
+  final StructType schema;
+  final boolean acceptAnySchema; // the DataFrame API: the Python writer conforms the rows
+
+  LanceTable(String name, Described described, String root, Map<String, String> options, StructType schema, boolean acceptAnySchema) {
+    this.name = name;
+    this.described = described;
+    this.root = described != null ? described.root : root;
+    Map<String, String> opts = new HashMap<>(options);
+    opts.put("path", this.root);
+    this.options = Collections.unmodifiableMap(opts);
+    this.schema = described != null ? described.schema : schema;
+    this.acceptAnySchema = acceptAnySchema;
+  }
+
+  Described require() {
+    if (described == null) {
+      throw new IllegalArgumentException("lance_partitioned: no namespace at " + root + "; write to it first");
+    }
+    return described;
+  }
+
+  @Override
+  public String name() {
+    return name;
+  }
+
+  @Override
+  @Deprecated
+  public StructType schema() {
+    return schema;
+  }
+
+  @Override
+  public Column[] columns() {
+    return CatalogV2Util.structTypeToV2Columns(schema, false);
+  }
+
+  @Override
+  public String version() {
+    return described != null ? Long.toString(described.version) : null;
+  }
+
+  @Override
+  public Transform[] partitioning() {
+    return described != null ? described.partitioning : new Transform[0];
+  }
+
+  @Override
+  public Map<String, String> properties() {
+    return described != null ? described.properties : Collections.emptyMap();
+  }
+
+  @Override
+  public Set<TableCapability> capabilities() {
+    Set<TableCapability> caps =
+        EnumSet.of(
+            TableCapability.BATCH_READ,
+            TableCapability.BATCH_WRITE,
+            TableCapability.TRUNCATE,
+            TableCapability.OVERWRITE_BY_FILTER,
+            TableCapability.OVERWRITE_DYNAMIC);
+    if (acceptAnySchema) {
+      caps.add(TableCapability.ACCEPT_ANY_SCHEMA);
+    }
+    return caps;
+  }
+
+  Map<String, String> merged(CaseInsensitiveStringMap extra) {
+    Map<String, String> out = new HashMap<>(options);
+    out.putAll(extra.asCaseSensitiveMap());
+    out.put("path", root);
+    return out;
+  }
+
+  @Override
+  public ScanBuilder newScanBuilder(CaseInsensitiveStringMap extra) {
+    Map<String, String> opts = merged(extra);
+    if (LanceProvider.pythonPlanned(extra.asCaseSensitiveMap())) {
+      // the statement's own planning options (WITH ('filter' = ...)): the Python source's scan
+      PythonDataSourceV2 python = Bridge.source();
+      CaseInsensitiveStringMap o = new CaseInsensitiveStringMap(opts);
+      Table t = python.getTable(python.inferSchema(o), new Transform[0], opts);
+      return ((SupportsRead) t).newScanBuilder(o);
+    }
+    return new LanceScanBuilder(this, opts, null);
+  }
+
+  @Override
+  public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    return new LanceWriteBuilder(this, info);
+  }
+
+  @Override
+  public MetadataColumn[] metadataColumns() {
+    return new MetadataColumn[] {
+      new Meta(ROW_TABLE, DataTypes.StringType), new Meta(ROW_ADDRESS, DataTypes.LongType)
+    };
+  }
+
+  @Override
+  public RowLevelOperationBuilder newRowLevelOperationBuilder(RowLevelOperationInfo info) {
+    require();
+    return () -> new LanceDelta.Operation(this, info.command(), merged(info.options()));
+  }
+
+  @Override
+  public boolean canDeleteWhere(Predicate[] predicates) {
+    if (described == null) {
+      return false;
+    }
+    for (Predicate p : predicates) {
+      if (!Predicates.exact(p, described.identity)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  @Override
+  public void deleteWhere(Predicate[] predicates) {
+    Map<String, String> opts = new HashMap<>(options);
+    opts.put("lp.exact", Predicates.toJson(predicates).toString());
+    LanceWriteBuilder.commitWithoutRows(this, opts);
+  }
+
+  @Override
+  public boolean truncateTable() {
+    Map<String, String> opts = new HashMap<>(options);
+    opts.put("lp.truncate", "true");
+    LanceWriteBuilder.commitWithoutRows(this, opts);
+    return true;
+  }
+
+  /** A hidden column of every row: its partition table, or its Lance row address there. */
+  private static final class Meta implements MetadataColumn {
+    private final String name;
+    private final DataType type;
+
+    Meta(String name, DataType type) {
+      this.name = name;
+      this.type = type;
+    }
+
+    @Override
+    public String name() {
+      return name;
+    }
+
+    @Override
+    public DataType dataType() {
+      return type;
+    }
+
+    @Override
+    public boolean isNullable() {
+      return false;
+    }
+  }
+}
