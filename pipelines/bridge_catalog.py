@@ -32,6 +32,7 @@ from partitioning.manifest import MANIFEST_DIR, ManifestStore, contained, filesy
 from partitioning.namespace import PartitionedNamespace
 from partitioning.orphans import delete_files, remove_empty_dirs, table_files
 from partitioning.storage import resolve_root
+from pipelines.session import is_relative_path
 from pipelines.bridge_alter import alter_table
 from pipelines.schema import namespace_schema_from_spark
 from pipelines.spec_transforms import describe_partitioning, partition_spec
@@ -110,10 +111,11 @@ def describe(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     """What the JVM layer needs of a table at a version: root, version, Spark schema, partitioning,
     the identity partition columns every spec with tables shares, and a cheap column."""
     root = _root(args)
-    if args.get("master") is not None and "root" in args:
-        from pipelines.session import check_root_for_master
+    if "root" in args:
+        from pipelines.session import check_source_root
 
-        check_root_for_master(str(args["root"]), str(args["master"]))
+        master = args.get("master")
+        check_source_root(str(args["root"]), str(master) if master else None, bool(args.get("connect")))
     version = args.get("version")
     if args.get("timestamp_micros") is not None:
         when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(args["timestamp_micros"]))
@@ -126,11 +128,17 @@ def describe(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
             root, str(args["timestamp_text"]), time_zone=str(zone) if zone else None, storage_options=options
         )
     if version is not None and not str(version).isdigit():
-        raise InvalidInput(f"VERSION AS OF takes a __manifest version number, got {version!r}")
+        label = args.get("version_label") or "VERSION AS OF"
+        raise InvalidInput(f"{label} must be a __manifest version number, got {version!r}")
     try:
         ns = PartitionedNamespace.load(root, options, manifest_version=int(version) if version is not None else None)
     except NamespaceNotFound as exc:
-        raise TableNotFound(f"no table at {root}: {exc}") from exc
+        raw = str(args.get("root", ""))
+        if raw and is_relative_path(raw):
+            from pipelines.datasource import relative_path_missing
+
+            raise NamespaceNotFound(relative_path_missing(raw)) from exc
+        raise
     from pipelines.read_options import read_schema
 
     schema = read_schema(ns.namespace_schema)

@@ -59,11 +59,19 @@ def _plain(options: Mapping[str, str]) -> dict[str, str]:
 
 def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwrite: bool) -> DataSourceWriter:
     lowered = {k.lower(): v for k, v in options.items()}
+    if lowered.get("path"):
+        from pipelines.session import check_source_root
+
+        check_source_root(lowered["path"], lowered.get("lp.master"), lowered.get("lp.connect") == "true")
     if mode in ("append", "overwrite", "dynamic"):
         plain = _plain(options)
-        if mode != "append":
-            plain["partitionOverwriteMode"] = "static" if mode == "overwrite" else "dynamic"
-        return LancePartitionedWriter(plain, schema, mode != "append")
+        if mode == "dynamic":
+            plain["partitionOverwriteMode"] = "dynamic"
+        # "overwrite" (Spark's truncate): the write's partitionOverwriteMode option, else the
+        # session's setting as the tasks see it (as for Spark's file sources)
+        from pipelines.datasource import new_writer
+
+        return new_writer(plain, schema, mode != "append")
     if mode == "replace":
         plain = {**_plain(options), "partitionOverwriteMode": "dynamic"}
         return ReplaceWriter(plain, schema, lowered.get("lp.exact"))

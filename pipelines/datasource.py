@@ -59,7 +59,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.storage import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
 from pipelines.read_options import read_schema
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE, LancePartitionedReader, PerScanPushdownReader
-from pipelines.session import check_source_root, is_relative_path, register_bound
+from pipelines.session import check_source_root, is_connect, is_relative_path, register_bound
 from pipelines.source_writer import LancePartitionedWriter, root_in_schema, with_root
 from pipelines.spark_errors import hide_worker_traceback
 
@@ -92,6 +92,7 @@ LAST_SHARED_PLAN_VERSION = (4, 3, 0)
 
 
 JVM_MARKER = "spark.lance_partitioned.format"
+CONNECT_MARKER = "spark.lance_partitioned.connect"
 
 
 def register_data_source(spark: SparkSession) -> None:
@@ -121,6 +122,8 @@ def jvm_layer(spark: SparkSession) -> bool:
             state = "jvm"
         if state == "python" and per_scan:
             spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        if state == "jvm" and is_connect(spark):
+            spark.conf.set(CONNECT_MARKER, "true")  # the JVM layer refuses relative roots for this client
         spark.conf.set(JVM_MARKER, state)
     return state == "jvm"
 
@@ -225,13 +228,19 @@ class LancePartitionedDataSource(DataSource):
         with _one_line():
             if path:
                 check_source_root(path, self.session_master, self.session_connect)
-            try:
-                return LancePartitionedWriter(dict(self.options), schema, overwrite)
-            except SpecError as exc:
-                # e.g. no namespace and no partition_by: say where a relative path was looked for
-                if path and is_relative_path(path) and not _namespace_at(path, options):
-                    raise NamespaceNotFound(relative_path_missing(path)) from exc
-                raise
+            return new_writer(dict(self.options), schema, overwrite)
+
+
+def new_writer(options: dict[str, str], schema: StructType, overwrite: bool) -> LancePartitionedWriter:
+    """The data source writer; a relative path with no namespace (and no ``partition_by``) says
+    where it was looked for."""
+    path = _lower(options).get("path")
+    try:
+        return LancePartitionedWriter(options, schema, overwrite)
+    except SpecError as exc:
+        if path and is_relative_path(path) and not _namespace_at(path, _lower(options)):
+            raise NamespaceNotFound(relative_path_missing(path)) from exc
+        raise
 
 
 class PerScanPushdownDataSource(LancePartitionedDataSource):

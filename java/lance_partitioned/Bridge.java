@@ -28,8 +28,15 @@ final class Bridge {
 
   private Bridge() {}
 
-  /** Whether this Spark is the one the layer was compiled for (checked once, logged once if not). */
+  /** The switch off: {@code spark.lance_partitioned.jvm.enabled=false} gives the Python source as is. */
+  static final String ENABLED_CONF = "spark.lance_partitioned.jvm.enabled";
+
+  /** Whether the layer plans here: this Spark is the one it was compiled for (checked once,
+   * logged once if not) and the session did not switch it off. */
   static boolean compatible() {
+    if ("false".equalsIgnoreCase(org.apache.spark.sql.internal.SQLConf.get().getConfString(ENABLED_CONF, "true"))) {
+      return false;
+    }
     Boolean known = compatible;
     if (known == null) {
       String running = org.apache.spark.package$.MODULE$.SPARK_VERSION();
@@ -55,6 +62,24 @@ final class Bridge {
   static String master() {
     scala.Option<org.apache.spark.sql.SparkSession> active = org.apache.spark.sql.SparkSession.getActiveSession();
     return active.isDefined() ? active.get().sparkContext().master() : null;
+  }
+
+  /** Whether the session's client is Spark Connect (set by pipelines.datasource.jvm_layer). */
+  static boolean connect() {
+    return "true".equals(org.apache.spark.sql.internal.SQLConf.get().getConfString(CONNECT_CONF, "false"));
+  }
+
+  static final String CONNECT_CONF = "spark.lance_partitioned.connect";
+
+  /** Where the session runs, for the Python side's checks of a relative root. */
+  static Map<String, String> sessionOptions() {
+    Map<String, String> out = new HashMap<>();
+    String master = master();
+    if (master != null) {
+      out.put("lp.master", master);
+    }
+    out.put("lp.connect", Boolean.toString(connect()));
+    return out;
   }
 
   static PythonDataSourceV2 source() {

@@ -52,15 +52,12 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
     if (!Bridge.compatible() || pythonPlanned(options.asCaseSensitiveMap())) {
       return Bridge.source().inferSchema(options);
     }
-    JsonNode d = describe(options.asCaseSensitiveMap());
-    if (d.has("error")) {
-      throw new IllegalArgumentException(d.get("message").asText());
-    }
-    return Described.of(d).schema;
+    return Described.of(describe(options.asCaseSensitiveMap(), false)).schema;
   }
 
-  private JsonNode describe(Map<String, String> options) {
-    if (described == null) {
+  /** The describe call of this lookup (a missing namespace raises, unless {@code missingOk}). */
+  private JsonNode describe(Map<String, String> options, boolean missingOk) {
+    if (described == null || (!missingOk && described.has("error"))) {
       Map<String, String> lower = lowered(options);
       String path = lower.get("path");
       if (path == null || path.isEmpty()) {
@@ -68,15 +65,17 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
       }
       Map<String, Object> args = new HashMap<>();
       args.put("root", path);
-      args.put("missing_ok", true);
+      args.put("missing_ok", missingOk);
       if (lower.containsKey("versionasof")) {
         args.put("version", lower.get("versionasof"));
+        args.put("version_label", "option versionAsOf");
       }
       if (lower.containsKey("timestampasof")) {
         args.put("timestamp_text", lower.get("timestampasof"));
         args.put("time_zone", lower.getOrDefault("timezone", Bridge.sessionTimeZone()));
       }
       args.put("master", Bridge.master());
+      args.put("connect", Bridge.connect());
       described = Bridge.call("describe", args, options);
     }
     return described;
@@ -87,14 +86,16 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
     if (!Bridge.compatible() || pythonPlanned(properties)) {
       return Bridge.source().getTable(schema, partitioning, properties);
     }
-    JsonNode d = describe(properties);
+    JsonNode d = describe(properties, true);
     Described snapshot = d.has("error") ? null : Described.of(d);
     Map<String, String> lower = lowered(properties);
     String path = lower.get("path");
     // a session catalog table (CREATE TABLE ... USING lance_partitioned) resolves SQL columns
     // as any table does; the DataFrame API hands the Python writer the rows as they are
     boolean catalogTable = lower.containsKey("provider");
-    return new LanceTable(path, snapshot, path, properties, schema, !catalogTable);
+    Map<String, String> options = new HashMap<>(properties);
+    options.putAll(Bridge.sessionOptions());
+    return new LanceTable(path, snapshot, path, options, schema, !catalogTable);
   }
 
   static Map<String, String> lowered(Map<String, String> options) {
