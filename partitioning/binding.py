@@ -113,6 +113,10 @@ class _Binder:
             return Not(IsNull(name)) if negated else IsNull(name)
         if pa.types.is_nested(t) or pa.types.is_dictionary(t):
             return Opaque(f"comparison on {name} ({t})")
+        if not self.dialect.ansi and self.dialect.name == "spark" and _text_against_other(leaf, t):
+            # without ANSI mode Spark may compare a string and another type as text
+            # (r IN (0.1, 'NaN') on a float: CAST(r AS STRING) IN ('0.1', 'NaN'))
+            return Opaque(f"a string compared with {name} ({t}) without ANSI mode")
         if isinstance(leaf, Like):
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
                 return Opaque(f"LIKE on {name} ({t})")
@@ -254,6 +258,14 @@ class _Binder:
         if op in (">", ">="):
             return Approx(Cmp(name, ">=", wall - _DST_SLACK))
         return Approx(Not(IsNull(name)))
+
+
+def _text_against_other(leaf: Filter, t: pa.DataType) -> bool:
+    """Whether ``leaf`` compares a string literal with a column that is not a string."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return False
+    values = leaf.values if isinstance(leaf, In) else (getattr(leaf, "value", None),)
+    return any(isinstance(v, str) for v in values)
 
 
 def _negate_equality(eq: Filter, name: str) -> Filter:

@@ -34,6 +34,7 @@ class Dialect:
     double_quoted_identifiers: bool = False  # spark.sql.ansi.doubleQuotedIdentifiers
     case_sensitive: bool = False  # spark.sql.caseSensitive
     timestamp_ntz_default: bool = False  # spark.sql.timestampType = TIMESTAMP_NTZ
+    ansi: bool = True  # spark.sql.ansi.enabled: off, a string compared with another type may compare as text
 
     @classmethod
     def datafusion(cls, time_zone: str = "UTC") -> Dialect:

@@ -47,6 +47,7 @@ def session_dialect(spark: SparkSession) -> Dialect:
         double_quoted_identifiers=_conf(spark, "spark.sql.ansi.doubleQuotedIdentifiers", "false").lower() == "true",
         case_sensitive=_conf(spark, "spark.sql.caseSensitive", "false").lower() == "true",
         timestamp_ntz_default=_conf(spark, "spark.sql.timestampType", "TIMESTAMP_LTZ").upper() == "TIMESTAMP_NTZ",
+        ansi=_conf(spark, "spark.sql.ansi.enabled", "true").lower() == "true",
     )
 
 
@@ -57,5 +58,6 @@ def dialect_options(dialect: Dialect) -> dict[str, str]:
         "doubleQuotedIdentifiers": dialect.double_quoted_identifiers,
         "caseSensitive": dialect.case_sensitive,
         "timestampNTZ": dialect.timestamp_ntz_default,
+        "ansi": dialect.ansi,
     }
     return {"timeZone": dialect.time_zone, "sqlConf": json.dumps(conf, sort_keys=True)}

@@ -108,6 +108,7 @@ def dialect_from_options(options: Mapping[str, str]) -> Dialect:
         double_quoted_identifiers=bool(conf.get("doubleQuotedIdentifiers", False)),
         case_sensitive=bool(conf.get("caseSensitive", False)),
         timestamp_ntz_default=bool(conf.get("timestampNTZ", False)),
+        ansi=bool(conf.get("ansi", True)),
     )
 
 
