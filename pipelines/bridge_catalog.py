@@ -32,9 +32,9 @@ from partitioning.manifest import MANIFEST_DIR, ManifestStore, contained, filesy
 from partitioning.namespace import PartitionedNamespace
 from partitioning.orphans import delete_files, remove_empty_dirs, table_files
 from partitioning.storage import resolve_root
-from pipelines.session import is_relative_path
 from pipelines.bridge_alter import alter_table
 from pipelines.schema import namespace_schema_from_spark
+from pipelines.session import is_relative_path
 from pipelines.spec_transforms import describe_partitioning, partition_spec
 
 __all__ = ["call_catalog", "table_root"]

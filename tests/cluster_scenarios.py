@@ -180,6 +180,28 @@ def main(work: str) -> int:
         )
         timings["faults"] = time.monotonic() - t
 
+        t = time.monotonic()
+        # the JVM layer: Spark's own doors, planned in the driver, read and written by the executors
+        reused = spark.read.format("lance_partitioned").load(absolute)
+        de = sorted(tuple(r) for r in reused.where("country = 'DE'").collect())
+        check("format .where on the cluster", de, sorted(r for r in left if r[1] == "DE"))
+        check("the reused DataFrame unfiltered", reused.count(), len(left))
+        spark.conf.set("spark.sql.catalog.lance", "lance_partitioned.LanceCatalog")
+        spark.conf.set("spark.sql.catalog.lance.warehouse", os.path.join(work, "warehouse"))
+        spark.sql("CREATE TABLE lance.t (id bigint, country string, amount bigint) PARTITIONED BY (country)")
+        spark.sql("INSERT INTO lance.t SELECT * FROM VALUES (1, 'US', 10), (2, 'DE', 20), (3, 'US', 30) AS v(a, b, c)")
+        spark.sql("UPDATE lance.t SET amount = amount + 1 WHERE country = 'US'")
+        spark.createDataFrame(
+            [(2, "DE", 200), (4, "FR", 40)], "id long, country string, amount long"
+        ).createOrReplaceTempView("src")
+        spark.sql(
+            "MERGE INTO lance.t t USING src s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+        spark.sql("DELETE FROM lance.t WHERE id = 3")
+        table_root = os.path.join(work, "warehouse", "t")
+        check("SQL DML on the cluster", _lance_rows(table_root), [(1, "US", 11), (2, "DE", 200), (4, "FR", 40)])
+        timings["sql doors"] = time.monotonic() - t
+
         cwd = spark.sparkContext.parallelize(range(8), 8).map(lambda _: os.getcwd()).distinct().collect()
         executor_dirs = sorted(set(cwd) - {work})
         stray = sorted(str(p) for d in executor_dirs for p in Path(d).rglob("rel"))

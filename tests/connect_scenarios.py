@@ -187,6 +187,38 @@ def reads(spark: Any) -> None:
     check("format read, filter option", ids(opt), sorted(r[0] for r in want if r[2] < 30))
 
 
+def sql_doors(spark: Any) -> None:
+    """The JVM layer on the Connect server: the catalog, WHERE pruning, COUNT(*), time travel, DML."""
+    warehouse = os.path.abspath("warehouse")
+    spark.conf.set("spark.sql.catalog.lance", "lance_partitioned.LanceCatalog")
+    spark.conf.set("spark.sql.catalog.lance.warehouse", warehouse)
+    spark.sql("CREATE NAMESPACE lance.db")
+    spark.sql("CREATE TABLE lance.db.t (id bigint, country string, amount bigint) PARTITIONED BY (country)")
+    first = rows(range(12))
+    spark.sql("INSERT INTO lance.db.t VALUES " + ", ".join(f"({i}, '{c}', {a})" for i, c, a in first))
+    root = os.path.join(warehouse, "db", "t")
+    version = PartitionedNamespace.load(root).manifest_version
+    plan = spark.sql("EXPLAIN SELECT * FROM lance.db.t WHERE country = 'US'").collect()[0][0]
+    check("SQL WHERE prunes on Connect", "scanning 1 of 3 partition tables" in plan, True)
+    check("SQL WHERE rows", ids(spark.sql("SELECT id FROM lance.db.t WHERE country = 'US'")), [0, 3, 6, 9])
+    check("COUNT(*)", spark.sql("SELECT count(*) FROM lance.db.t WHERE country = 'DE'").collect()[0][0], 4)
+    spark.sql("UPDATE lance.db.t SET amount = -1 WHERE id = 1")
+    spark.sql("DELETE FROM lance.db.t WHERE country = 'FR'")
+    spark.createDataFrame([(3, "US", 300), (99, "DE", 990)], SCHEMA).createOrReplaceTempView("connect_src")
+    spark.sql(
+        "MERGE INTO lance.db.t t USING connect_src s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+    want = sorted(
+        [(i, c, -1 if i == 1 else (300 if i == 3 else a)) for i, c, a in first if c != "FR"] + [(99, "DE", 990)]
+    )
+    check("UPDATE, DELETE, MERGE on Connect", stored(root), want)
+    old = spark.sql(f"SELECT id FROM lance.db.t VERSION AS OF {version}")
+    check("VERSION AS OF on Connect", ids(old), list(range(12)))
+    df = spark.read.format("lance_partitioned").load(root)
+    check("a reused DataFrame prunes per scan", [ids(df.where("country = 'US'")), df.count()], [[0, 3, 6, 9], 9])
+
+
 def refusal(action: Callable[[], Any]) -> str:
     """The first line of the error ``action`` raises, without Spark's error class prefix."""
     try:
@@ -374,6 +406,7 @@ def main(workdir: str) -> None:
         session_checks,
         writes,
         reads,
+        sql_doors,
         source_writes,
         joins,
         relative_source_paths,

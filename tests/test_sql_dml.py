@@ -79,7 +79,9 @@ def _check(spark: SparkSession, warehouse: str, tmp_path: Path, combination: tup
     history = PartitionedNamespace.load(root).history().to_pylist()
     # Spark runs a MERGE that only inserts as an append (InsertOnlyMerge): a WRITE in the history
     insert_only = (when_matched, by_source) == ("ignore", "ignore")
-    assert [r["operation"] for r in history if r["version"] > before] in ((["WRITE"],) if insert_only else (["MERGE"], []))
+    assert [r["operation"] for r in history if r["version"] > before] in (
+        (["WRITE"],) if insert_only else (["MERGE"], [])
+    )
 
 
 @pytest.mark.parametrize("combination", FAST)
@@ -121,9 +123,7 @@ def test_sql_update_and_delete_match_update_rows_and_delete_rows(
         delete_rows(python_root, condition, spark=spark)
     got = oracle.canonical(oracle.stored_rows(root, "p"), COLUMNS)
     assert got == oracle.canonical(oracle.stored_rows(python_root, "p"), COLUMNS)
-    expected = [
-        {**r, "v": r["v"] * 10, "p": 3} if r["v"] is not None and r["v"] > 15 else dict(r) for r in rows
-    ]
+    expected = [{**r, "v": r["v"] * 10, "p": 3} if r["v"] is not None and r["v"] > 15 else dict(r) for r in rows]
     expected = [{**r, "v": -1 if r["v"] is None else r["v"]} if r["p"] == 0 else r for r in expected]
     expected = [r for r in expected if r["id"] != 1 and r["p"] != 3]
     assert got == oracle.canonical(expected, COLUMNS)

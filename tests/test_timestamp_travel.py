@@ -12,7 +12,7 @@ import zoneinfo
 import lance
 import pyarrow as pa
 import pytest
-from pyspark.errors import AnalysisException, PySparkException
+from pyspark.errors import PySparkException
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
