@@ -195,7 +195,8 @@ def main(work: str) -> int:
             [(2, "DE", 200), (4, "FR", 40)], "id long, country string, amount long"
         ).createOrReplaceTempView("src")
         spark.sql(
-            "MERGE INTO lance.t t USING src s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            "MERGE INTO lance.t t USING src s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
         spark.sql("DELETE FROM lance.t WHERE id = 3")
         table_root = os.path.join(work, "warehouse", "t")

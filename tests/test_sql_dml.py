@@ -79,9 +79,8 @@ def _check(spark: SparkSession, warehouse: str, tmp_path: Path, combination: tup
     history = PartitionedNamespace.load(root).history().to_pylist()
     # Spark runs a MERGE that only inserts as an append (InsertOnlyMerge): a WRITE in the history
     insert_only = (when_matched, by_source) == ("ignore", "ignore")
-    assert [r["operation"] for r in history if r["version"] > before] in (
-        (["WRITE"],) if insert_only else (["MERGE"], [])
-    )
+    operations = [r["operation"] for r in history if r["version"] > before]
+    assert operations in ((["WRITE"],) if insert_only else (["MERGE"], []))
 
 
 @pytest.mark.parametrize("combination", FAST)
