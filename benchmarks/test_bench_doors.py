@@ -1,0 +1,163 @@
+"""Spark's own doors (issue 30): SQL MERGE INTO, and a one-column aggregate beside vectors.
+
+- ``MERGE INTO`` (a catalog table) of ``SOURCE_ROWS`` rows into ``TARGET_ROWS`` rows in
+  ``PARTITIONS`` identity partitions, against delta-rs's ``merge`` and ``merge_partitioned``
+  on the same rows, each on a fresh copy, interleaved, median (min .. max) of ``REPEATS``.
+  Targets: at most 1.5x delta-rs, and no slower than ``merge_partitioned``.
+- ``SELECT sum(id)`` of a table with a 768-dim vector column through the format (the JVM
+  layer reads the one column) against the same query through the Python source's own
+  planning (``read_partitioned``, which reads every column). Target: at most 0.3x.
+
+Run with ``make bench``; sizes from ``BENCH_DOORS_*``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from benchmarks.conftest import Timing
+from partitioning.namespace import PartitionedNamespace
+from partitioning.write import write_table
+from pipelines.merge import merge_partitioned
+from pipelines.read import read_partitioned
+
+pytestmark = pytest.mark.bench
+
+TARGET_ROWS = int(os.environ.get("BENCH_DOORS_TARGET_ROWS", 1_000_000))
+SOURCE_ROWS = int(os.environ.get("BENCH_DOORS_SOURCE_ROWS", 100_000))
+PARTITIONS = int(os.environ.get("BENCH_DOORS_PARTITIONS", 100))
+VECTOR_ROWS = int(os.environ.get("BENCH_DOORS_VECTOR_ROWS", 300_000))
+DIM = 768
+REPEATS = 3
+SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.float64()), ("s", pa.string())])
+
+
+def _target(start: int, stop: int) -> pa.Table:
+    ids = np.arange(start, stop, dtype=np.int64)
+    return pa.table(
+        {
+            "id": ids,
+            "p": (ids % PARTITIONS).astype(np.int32),
+            "v": (ids % 1000).astype(np.float64),
+            "s": pa.array(np.char.add("s", (ids % 97).astype(str))),
+        },
+        schema=SCHEMA,
+    )
+
+
+def _source() -> pa.Table:
+    rng = np.random.default_rng(30)
+    updates = rng.choice(TARGET_ROWS, SOURCE_ROWS // 2, replace=False).astype(np.int64)
+    inserts = np.arange(TARGET_ROWS, TARGET_ROWS + SOURCE_ROWS - len(updates), dtype=np.int64)
+    ids = np.concatenate([updates, inserts])
+    p = (ids % PARTITIONS).astype(np.int32)
+    return pa.table(
+        {"id": ids, "p": p, "v": np.full(len(ids), -1.0), "s": pa.array(["merged"] * len(ids))}, schema=SCHEMA
+    )
+
+
+def _timed(fn: Callable[[], object], samples: list[float]) -> None:
+    start = time.perf_counter()
+    fn()
+    samples.append(time.perf_counter() - start)
+
+
+def test_sql_merge_vs_delta_rs_and_merge_partitioned(spark: SparkSession, tmp_path: Path) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    warehouse = tmp_path / "warehouse"
+    base_ns, base_delta = warehouse / "db" / "base", tmp_path / "delta"
+    ns = PartitionedNamespace.create(str(base_ns), SCHEMA, ["p"])
+    table = _target(0, TARGET_ROWS)
+    write_table(ns, table)
+    write_deltalake(str(base_delta), table, partition_by=["p"])
+    source_path = str(tmp_path / "source.parquet")
+    pq.write_table(_source(), source_path)
+    spark.conf.set("spark.sql.catalog.bench", "lance_partitioned.LanceCatalog")
+    spark.conf.set("spark.sql.catalog.bench.warehouse", str(warehouse))
+    spark.read.parquet(source_path).createOrReplaceTempView("bench_source")
+    expected = TARGET_ROWS + SOURCE_ROWS - SOURCE_ROWS // 2
+
+    def fresh(name: str, base: Path) -> str:
+        dst = (warehouse / "db" / name) if base == base_ns else tmp_path / name
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(base, dst)
+        return str(dst)
+
+    samples: dict[str, list[float]] = {"SQL MERGE INTO": [], "merge_partitioned": [], "delta-rs merge": []}
+    for n in range(REPEATS + 1):  # the first round warms up, untimed
+        sql_root = fresh("sql", base_ns)
+        runs = {
+            "SQL MERGE INTO": lambda: spark.sql(
+                "MERGE INTO bench.db.sql t USING bench_source s ON t.id = s.id "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            ),
+            "merge_partitioned": lambda root=fresh("python", base_ns): merge_partitioned(
+                spark.read.parquet(source_path), root, on="id"
+            ),
+            "delta-rs merge": lambda uri=fresh("delta-run", base_delta): (
+                DeltaTable(uri)
+                .merge(pq.read_table(source_path), predicate="t.id = s.id", source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            ),
+        }
+        for name, run in runs.items():
+            scratch: list[float] = []
+            _timed(run, scratch if n == 0 else samples[name])
+        counted = read_partitioned(spark, sql_root).agg(F.count("*"), F.sum("v")).collect()[0]
+        assert counted[0] == expected
+    timings = {name: Timing(tuple(s)) for name, s in samples.items()}
+    sql, python, delta = (timings[k].median for k in ("SQL MERGE INTO", "merge_partitioned", "delta-rs merge"))
+    print(
+        f"\n[doors] MERGE {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS} partitions), {REPEATS} interleaved:"
+    )
+    for name, t in timings.items():
+        print(f"  {name:18s} {t}")
+    print(f"  SQL / delta-rs {sql / delta:.2f}x (target <= 1.5); SQL / merge_partitioned {sql / python:.2f}x (<= 1.0)")
+
+
+def test_one_column_beside_vectors(spark: SparkSession, tmp_path: Path) -> None:
+    root = str(tmp_path / "vectors")
+    schema = pa.schema([("id", pa.int64()), ("c", pa.string()), ("emb", pa.list_(pa.float32(), DIM))])
+    ns = PartitionedNamespace.create(root, schema, ["c"])
+    rng = np.random.default_rng(7)
+    chunk = 50_000
+    for start in range(0, VECTOR_ROWS, chunk):
+        n = min(chunk, VECTOR_ROWS - start)
+        flat = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * DIM, dtype=np.float32)), DIM)
+        ids = np.arange(start, start + n)
+        write_table(ns.refresh(), pa.table({"id": ids, "c": [f"c{i % 8}" for i in ids], "emb": flat}, schema=schema))
+    want = VECTOR_ROWS * (VECTOR_ROWS - 1) // 2
+
+    def pruned() -> None:
+        got = spark.read.format("lance_partitioned").load(root).select("id").agg(F.sum("id")).collect()[0][0]
+        assert got == want
+
+    def every_column() -> None:
+        got = read_partitioned(spark, root).select("id").agg(F.sum("id")).collect()[0][0]
+        assert got == want
+
+    samples: dict[str, list[float]] = {"JVM layer (one column)": [], "read_partitioned (every column)": []}
+    pruned(), every_column()
+    for _ in range(REPEATS):
+        _timed(pruned, samples["JVM layer (one column)"])
+        _timed(every_column, samples["read_partitioned (every column)"])
+    timings = {name: Timing(tuple(s)) for name, s in samples.items()}
+    ours, base = (t.median for t in timings.values())
+    print(f"\n[doors] sum(id) of {VECTOR_ROWS:,} rows beside a {DIM}-dim vector column, {REPEATS} interleaved:")
+    for name, t in timings.items():
+        print(f"  {name:32s} {t}")
+    print(f"  ratio {ours / base:.2f}x (target <= 0.3)")
