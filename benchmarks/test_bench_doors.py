@@ -98,22 +98,24 @@ def test_sql_merge_vs_delta_rs_and_merge_partitioned(spark: SparkSession, tmp_pa
     samples: dict[str, list[float]] = {"SQL MERGE INTO": [], "merge_partitioned": [], "delta-rs merge": []}
     for n in range(REPEATS + 1):  # the first round warms up, untimed
         sql_root = fresh("sql", base_ns)
-        runs = {
-            "SQL MERGE INTO": lambda: spark.sql(
+        python_root, delta_uri = fresh("python", base_ns), fresh("delta-run", base_delta)
+
+        def sql_merge() -> None:
+            spark.sql(
                 "MERGE INTO bench.db.sql t USING bench_source s ON t.id = s.id "
                 "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-            ),
-            "merge_partitioned": lambda root=fresh("python", base_ns): merge_partitioned(
-                spark.read.parquet(source_path), root, on="id"
-            ),
-            "delta-rs merge": lambda uri=fresh("delta-run", base_delta): (
-                DeltaTable(uri)
-                .merge(pq.read_table(source_path), predicate="t.id = s.id", source_alias="s", target_alias="t")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute()
-            ),
-        }
+            )
+
+        def python_merge(root: str = python_root) -> None:
+            merge_partitioned(spark.read.parquet(source_path), root, on="id")
+
+        def delta_merge(uri: str = delta_uri) -> None:
+            merger = DeltaTable(uri).merge(
+                pq.read_table(source_path), predicate="t.id = s.id", source_alias="s", target_alias="t"
+            )
+            merger.when_matched_update_all().when_not_matched_insert_all().execute()
+
+        runs = {"SQL MERGE INTO": sql_merge, "merge_partitioned": python_merge, "delta-rs merge": delta_merge}
         for name, run in runs.items():
             scratch: list[float] = []
             _timed(run, scratch if n == 0 else samples[name])
