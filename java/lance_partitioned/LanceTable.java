@@ -49,7 +49,21 @@ final class LanceTable
   final StructType schema;
   final boolean acceptAnySchema; // the DataFrame API: the Python writer conforms the rows
 
+  final Transform[] requested; // a DataFrame write's .partitionBy() for a root no namespace is at yet
+
   LanceTable(String name, Described described, String root, Map<String, String> options, StructType schema, boolean acceptAnySchema) {
+    this(name, described, root, options, schema, acceptAnySchema, new Transform[0]);
+  }
+
+  LanceTable(
+      String name,
+      Described described,
+      String root,
+      Map<String, String> options,
+      StructType schema,
+      boolean acceptAnySchema,
+      Transform[] requested) {
+    this.requested = requested.clone();
     this.name = name;
     this.described = described;
     this.root = described != null ? described.root : root;
@@ -90,7 +104,7 @@ final class LanceTable
 
   @Override
   public Transform[] partitioning() {
-    return described != null ? described.partitioning : new Transform[0];
+    return described != null ? described.partitioning : requested.clone();
   }
 
   @Override
@@ -125,6 +139,12 @@ final class LanceTable
     Map<String, String> opts = merged(extra);
     if (LanceProvider.pythonPlanned(extra.asCaseSensitiveMap())) {
       // the statement's own planning options (WITH ('filter' = ...)): the Python source's scan
+      // at this table's version, without the bridge's own keys
+      opts.keySet().removeIf(k -> k.toLowerCase(java.util.Locale.ROOT).startsWith("lp."));
+      Map<String, String> lower = LanceProvider.lowered(opts);
+      if (described != null && !lower.containsKey("versionasof") && !lower.containsKey("timestampasof")) {
+        opts.put("versionAsOf", Long.toString(described.version));
+      }
       PythonDataSourceV2 python = Bridge.source();
       CaseInsensitiveStringMap o = new CaseInsensitiveStringMap(opts);
       Table t = python.getTable(python.inferSchema(o), new Transform[0], opts);
