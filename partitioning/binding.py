@@ -138,7 +138,12 @@ class _Binder:
             op = "="
         if pa.types.is_integer(t):
             lo, hi = _int_range(t)
-            return _discrete(name, op, *self._int_bounds(value, lo, hi), lo, hi)
+            a, b = self._int_bounds(value, lo, hi)
+            if not isinstance(value, float) and _always_true_beyond_range(op, a, b, lo, hi):
+                # Spark folds a bigint compared with a decimal beyond its range to TRUE, NULLs
+                # included, and an int to IS NOT NULL (4.3.0): neither is pruned on
+                raise _NoMatch
+            return _discrete(name, op, a, b, lo, hi)
         if pa.types.is_decimal(t):
             return self._decimal(name, t, op, value)
         if pa.types.is_floating(t):
@@ -278,6 +283,11 @@ def _negate_equality(eq: Filter, name: str) -> Filter:
         flipped = {">=": "<", "<": ">=", "<=": ">", ">": "<="}
         return Or(tuple(Cmp(c.column, flipped[c.op], c.value) for c in eq.children if isinstance(c, Cmp)))
     return Opaque(f"NOT (null-safe equality on {name})")
+
+
+def _always_true_beyond_range(op: str, a: int, b: int, lo: int, hi: int) -> bool:
+    """Whether ``x op v`` holds for every non-NULL ``x`` in [lo, hi] because ``v`` lies beyond it."""
+    return (op == "<" and a > hi) or (op == "<=" and b > hi) or (op == ">" and b <= lo) or (op == ">=" and a <= lo)
 
 
 def _discrete(name: str, op: str, a: int, b: int, lo: int, hi: int) -> Filter:

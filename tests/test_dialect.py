@@ -71,3 +71,37 @@ def test_a_filter_spark_cannot_parse_is_one_line(spark: SparkSession, root: str)
     with pytest.raises(InvalidInput) as info:
         read_partitioned(spark, root, filter="p = 'x\\'")
     assert "\n" not in str(info.value)
+
+
+BEYOND = [
+    "l NOT BETWEEN 9223372036854775807.5 AND 1",
+    "l < 9223372036854775807.5",
+    "NOT (l >= 9223372036854775808)",
+    "l > -9223372036854775808.5",
+    "NOT (l >= 1e19)",
+    "i < 2147483647.5",
+    "NOT (i >= 2147483648)",
+    "l != 9223372036854775807.5",
+]
+
+
+@pytest.fixture(scope="module")
+def ints_root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    schema = pa.schema([("id", pa.int64()), ("l", pa.int64()), ("i", pa.int32())])
+    path = str(tmp_path_factory.mktemp("beyond") / "ns")
+    ns = PartitionedNamespace.create(path, schema, ["l", "i"])
+    rows = [{"id": 0, "l": None, "i": None}, {"id": 1, "l": 5, "i": 5}, {"id": 2, "l": 0, "i": None}]
+    write_table(ns, pa.Table.from_pylist(rows, schema=schema))
+    return path
+
+
+@pytest.mark.parametrize("f", BEYOND)
+def test_a_literal_beyond_an_integer_columns_range_prunes_as_spark_reads_it(
+    spark: SparkSession, ints_root: str, f: str
+) -> None:
+    """Spark 4.3.0 folds ``bigint < <decimal beyond its range>`` to TRUE, NULLs included: the
+    pruner keeps those partitions (an independent oracle: Spark's where on the same rows)."""
+    src = spark.createDataFrame([(0, None, None), (1, 5, 5), (2, 0, None)], "id long, l long, i int")
+    want = _ids(src.where(f))
+    assert _ids(read_partitioned(spark, ints_root, filter=f)) == want
+    assert _ids(spark.read.format("lance_partitioned").load(ints_root).where(f)) == want
