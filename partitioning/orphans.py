@@ -32,7 +32,7 @@ from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_u
 from partitioning.tables import _ours
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
-_TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+((\$[^/]*)*\$dataset|_[a-z0-9]{16})$")
+TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+((\$[^/]*)*\$dataset|_[a-z0-9]{16})$")
 DATA_FILE_SUFFIX = ".lance"
 
 
@@ -106,7 +106,7 @@ def find_orphans(
         name = info.base_name
         if name == MODEL_DIR:
             continue  # the shared index models: immutable, referenced by __manifest properties
-        if info.type == pafs.FileType.Directory and _TABLE_DIR_RE.match(name) and name not in known:
+        if info.type == pafs.FileType.Directory and TABLE_DIR_RE.match(name) and name not in known:
             out.append(Orphan("table_dir", join_uri(root, name), "no __manifest version refers to it"))
     for location, read_versions in sorted(known.items()):
         uri = join_uri(root, location)

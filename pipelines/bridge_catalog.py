@@ -28,10 +28,11 @@ from partitioning.errors import InvalidInput, NamespaceAlreadyExists, NamespaceN
 from partitioning.history import version_at
 from partitioning.identity_match import identity_everywhere
 from partitioning.leases import LEASE_DIR
-from partitioning.manifest import MANIFEST_DIR, ManifestStore, contained, filesystem_of, join_uri
+from partitioning.manifest import MANIFEST_DIR, ManifestStore, filesystem_of, join_uri
 from partitioning.namespace import PartitionedNamespace
 from partitioning.orphans import delete_files, remove_empty_dirs, table_files
 from partitioning.storage import resolve_root
+from partitioning.unborn import purge_namespace, table_dirs
 from pipelines.bridge_alter import alter_table
 from pipelines.schema import namespace_schema_from_spark
 from pipelines.session import is_relative_path
@@ -137,7 +138,7 @@ def describe(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
         if raw and is_relative_path(raw):
             from pipelines.datasource import relative_path_missing
 
-            raise NamespaceNotFound(relative_path_missing(raw)) from exc
+            raise NamespaceNotFound(relative_path_missing(raw, bool(args.get("connect")))) from exc
         raise
     from pipelines.read_options import read_schema
 
@@ -205,23 +206,16 @@ def drop_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     store = ManifestStore(root, options)
     if not store.exists():
         return {"dropped": False}
-    purge = bool(args.get("purge"))
-    entries: list[str] = [join_uri(root, MANIFEST_DIR)]
-    if purge:
-        ns = PartitionedNamespace.load(root, options)
-        entries.extend(t.uri for t in ns.partitions())
-        entries.extend(_table_dirs(root, options))
-    for uri in dict.fromkeys(entries):
-        contained(root, uri)
-        listed = table_files(uri, options)
-        if listed is None:
-            continue
+    if args.get("purge"):
+        tables = [t.uri for t in PartitionedNamespace.load(root, options).partitions()]
+        purge_namespace(root, options, tables)
+        return {"dropped": True, "purged": True}
+    uri = join_uri(root, MANIFEST_DIR)
+    listed = table_files(uri, options)
+    if listed is not None:
         delete_files(root, [f for f, _ in listed.files], options)
         remove_empty_dirs(root, [*listed.dirs, uri], options)
-    if purge:
-        _remove_leases(root, options)
-        _remove_root_if_empty(root, options)
-    return {"dropped": True, "purged": purge}
+    return {"dropped": True, "purged": False}
 
 
 def _remove_dropped_table(root: str, options: Options) -> None:
@@ -230,47 +224,11 @@ def _remove_dropped_table(root: str, options: Options) -> None:
     dropped table left go first. Anything else there refuses the create (nothing is deleted)."""
     fs, path = filesystem_of(root, options)
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    tables = _table_dirs(root, options)
+    tables = table_dirs(root, options)
     leftovers = {t.rsplit("/", 1)[-1] for t in tables} | {LEASE_DIR}
     if not infos or any(i.base_name not in leftovers for i in infos):
         return
-    for uri in tables:
-        contained(root, uri)
-        listed = table_files(uri, options)
-        if listed is not None:
-            delete_files(root, [f for f, _ in listed.files], options)
-            remove_empty_dirs(root, [*listed.dirs, uri], options)
-    _remove_leases(root, options)
-
-
-def _table_dirs(root: str, options: Options) -> list[str]:
-    from partitioning.orphans import _TABLE_DIR_RE
-
-    fs, path = filesystem_of(root, options)
-    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    return [
-        join_uri(root, i.base_name)
-        for i in infos
-        if i.type == pafs.FileType.Directory and _TABLE_DIR_RE.match(i.base_name)
-    ]
-
-
-def _remove_leases(root: str, options: Options) -> None:
-    fs, path = filesystem_of(join_uri(root, LEASE_DIR), options)
-    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    delete_files(
-        root, [join_uri(join_uri(root, LEASE_DIR), i.base_name) for i in infos if i.type == pafs.FileType.File], options
-    )
-    remove_empty_dirs(root, [join_uri(root, LEASE_DIR)], options)
-
-
-def _remove_root_if_empty(root: str, options: Options) -> None:
-    fs, path = filesystem_of(root, options)
-    try:
-        if not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
-            fs.delete_dir(path)  # inside the warehouse: an empty table root of our own
-    except OSError:
-        pass
+    purge_namespace(root, options, tables)
 
 
 # -- namespaces -----------------------------------------------------------------------------------

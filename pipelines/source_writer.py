@@ -61,6 +61,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.spec import parse_partition_by
 from partitioning.storage import STORAGE_OPTION_PREFIX, storage_options_from
 from partitioning.tables import check_namespace_root, check_new_root
+from partitioning.unborn import discard_unborn
 from partitioning.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
     FragmentWriter,
@@ -226,7 +227,10 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             self.max_rows_per_file = _positive_int(opts, "max_rows_per_file") or DEFAULT_MAX_ROWS_PER_FILE
             max_bytes = _positive_int(opts, "max_bytes_per_file")
             max_open = _positive_int(opts, "max_open_writers") or DEFAULT_MAX_OPEN_WRITERS
+            existed = ManifestStore(root, self.storage_options).exists()
             ns = self._namespace(root, opts, schema, self.storage_options)
+            # a namespace this write creates goes again when the write fails (see abort)
+            self.created = None if existed else ns.manifest_version
             self.root = ns.root  # absolute: the tasks write and the commit reads exactly here
             spec = ns.current_spec
             self.spec_id = spec.spec_id
@@ -307,8 +311,15 @@ class LancePartitionedWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         try:
             self._commit(messages)
-        finally:
+        except BaseException:
             release_lease(self.lease)
+            self._discard_unborn()
+            raise
+        release_lease(self.lease)
+
+    def _discard_unborn(self) -> None:
+        if self.created is not None:
+            discard_unborn(self.root, self.created, self.storage_options)
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with _reported(f"commit the write to {self.root}"):
@@ -330,5 +341,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to undo: uncommitted fragments are invisible; ``ns.orphans()`` lists them
-        and :func:`partitioning.maintenance.vacuum` deletes them once the lease is gone."""
+        and :func:`partitioning.maintenance.vacuum` deletes them once the lease is gone. A
+        namespace this write created is removed (:func:`partitioning.unborn.discard_unborn`)."""
         release_lease(self.lease)
+        self._discard_unborn()

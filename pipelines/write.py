@@ -29,6 +29,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.schema import NamespaceSchema, check_widening
 from partitioning.spec import PartitionSpec, parse_partition_by
 from partitioning.tables import check_namespace_root, check_new_root
+from partitioning.unborn import discard_unborn
 from partitioning.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
     PART_PREFIX,
@@ -134,8 +135,9 @@ def _resolve_namespace(
     partition_by: Sequence[str] | None,
     schema: pa.Schema | NamespaceSchema | None,
     storage_options: Mapping[str, str] | None,
-) -> tuple[PartitionedNamespace | None, str]:
-    """Load or create the namespace; returns (None, reason) when the mode says to skip.
+) -> tuple[PartitionedNamespace | None, str, bool]:
+    """Load or create the namespace: (it, the effective mode, whether this call created it);
+    (None, reason, False) when the mode says to skip.
 
     A root that is not a namespace must be missing or empty, and a namespace root must
     not also be a plain Lance dataset: both are refused before anything is written.
@@ -148,7 +150,7 @@ def _resolve_namespace(
                 "use mode='append', 'overwrite' or 'overwrite_partitions'"
             )
         if mode == "ignore":
-            return None, f"a namespace already exists at {root} (mode='ignore')"
+            return None, f"a namespace already exists at {root} (mode='ignore')", False
         ns = PartitionedNamespace.load(root, storage_options)
         wanted = _requested_spec(spec, partition_by, ns.namespace_schema)
         if wanted is not None and [f.signature for f in wanted.fields] != [f.signature for f in ns.current_spec.fields]:
@@ -156,7 +158,7 @@ def _resolve_namespace(
                 f"the namespace at {root} is partitioned as {ns.current_spec}, not {wanted}; "
                 "omit partition_by/spec to write with the current spec"
             )
-        return ns, mode
+        return ns, mode, False
     check_new_root(root, storage_options)
     if spec is None and not partition_by:
         raise SpecError(f"no namespace at {root}; pass partition_by=[...] (or spec=) to create it")
@@ -166,7 +168,7 @@ def _resolve_namespace(
     first = _requested_spec(spec, partition_by, ns_schema)
     assert first is not None
     ns = PartitionedNamespace.create(root, ns_schema, first, storage_options)
-    return ns, "append" if mode in ("error", "ignore") else mode
+    return ns, "append" if mode in ("error", "ignore") else mode, True
 
 
 def _requested_spec(
@@ -239,28 +241,48 @@ def write_partitioned(
         raise SpecError(f"unknown mode {mode!r}; allowed: {', '.join(WRITE_MODES)}")
     if max_rows_per_file < 1 or max_open_writers < 1:
         raise SpecError("max_rows_per_file and max_open_writers must be at least 1")
-    root = driver_root(df.sparkSession, root)
-    ns, effective = _resolve_namespace(df, root, mode, spec, partition_by, schema, storage_options)
-    if ns is None:
-        return CommitResult(root, mode, None, skipped=effective, write_id=write_id)
-    skipped = already_committed(ns, mode, write_id)
-    if skipped is not None:
-        return skipped
-    if replace_where is not None and effective != "overwrite":
+    if replace_where is not None and mode != "overwrite":
         raise InvalidInput(f"replace_where needs mode='overwrite', not {mode!r}")
-    if merge_schema:
-        ns = merge_spark_schema(df.schema, ns)
     sizes = {
         "max_rows_per_file": max_rows_per_file,
         "max_bytes_per_file": max_bytes_per_file,
         "cluster": cluster,
         "max_open_writers": max_open_writers,
     }
+    root = driver_root(df.sparkSession, root)
+    ns, effective, created = _resolve_namespace(df, root, mode, spec, partition_by, schema, storage_options)
+    if ns is None:
+        return CommitResult(root, mode, None, skipped=effective, write_id=write_id)
+    if not created:
+        return _write_into(df, ns, mode, effective, write_id, replace_where, merge_schema, sizes)
+    try:
+        return _write_into(df, ns, mode, effective, write_id, replace_where, merge_schema, sizes)
+    except BaseException:
+        # the namespace comes into existence with its first successful write
+        discard_unborn(ns.root, ns.manifest_version, ns.storage_options)
+        raise
+
+
+def _write_into(
+    df: DataFrame,
+    ns: PartitionedNamespace,
+    mode: str,
+    effective: str,
+    write_id: str | None,
+    replace_where: str | None,
+    merge_schema: bool,
+    sizes: dict[str, Any],
+) -> CommitResult:
+    skipped = already_committed(ns, mode, write_id)
+    if skipped is not None:
+        return skipped
+    if merge_schema:
+        ns = merge_spark_schema(df.schema, ns)
     if replace_where is not None:
         from pipelines.rewrite import replace_where as replace_rows
 
         return replace_rows(df, ns, replace_where, write_id=write_id, **sizes)
-    label = root.rstrip("/").rsplit("/", 1)[-1]
+    label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     with guarded(ns.root, ns.storage_options, write_id=write_id, bases=(ns.manifest_version,)) as guard:
         messages, writer = write_fragments(df, ns, plan_layout=True, **sizes)
         with describe_jobs(df.sparkSession, f"lance_partitioned: commit ({label})"):
@@ -271,7 +293,7 @@ def write_partitioned(
                 spec_id=writer.planner.spec_id,
                 schema=writer.schema,
                 write_id=write_id,
-                max_rows_per_file=max_rows_per_file,
+                max_rows_per_file=sizes["max_rows_per_file"],
                 naming_seed=writer.planner.seed,
                 guard=guard,
             )
