@@ -39,6 +39,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
 
+    if args.retain_hours < 24 and not args.allow_short_retention:
+        print(
+            f"error: --retain-hours {args.retain_hours:g} is under 24 hours; it could delete files of long writes "
+            "in progress and versions readers still use (add --allow-short-retention to do it anyway)",
+            file=sys.stderr,
+        )
+        return 2
+
     def body() -> None:
         report = vacuum(
             args.root,

@@ -114,7 +114,7 @@ class MaintenanceReport:
         elif self.operation == "vacuum":
             body = f"{'would delete' if self.dry_run else 'deleted'} {len(self.deleted)} items"
         elif self.operation == "drop_partitions":
-            body = f"dropped {self.tables} partition tables"
+            body = f"dropped {self.tables} partition tables ({self.rows:,} rows)"
         elif self.operation == "delete_rows":
             body = f"deleted {self.rows:,} rows from {self.tables} partition tables"
         else:
@@ -399,8 +399,31 @@ def _drop(
             version = ns.remove_tables(doomed, operation=dropped.timed(started), guard=guard)
         except ConcurrentModification:
             continue
-        return MaintenanceReport("drop_partitions", ns.root, version, tables=len(doomed), deleted=tuple(doomed))
+        rows = _rows_of([tables[oid] for oid in doomed], ns)
+        return MaintenanceReport(
+            "drop_partitions", ns.root, version, tables=len(doomed), rows=rows, deleted=tuple(doomed)
+        )
     raise ConcurrentModification(f"drop_partitions on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
+
+
+def hours_text(span: dt.timedelta) -> str:
+    """``span`` in hours as a person writes it: ``24 hours``, ``1.5 hours``, ``1 hour``."""
+    hours = span.total_seconds() / 3600
+    shown = f"{hours:g}"
+    return f"{shown} hour" if shown in ("1", "-1") else f"{shown} hours"
+
+
+def _rows_of(tables: Sequence[PartitionTable], ns: PartitionedNamespace) -> int:
+    """The rows of these tables at their pinned versions, from fragment metadata."""
+
+    def count(table: PartitionTable) -> int:
+        with translate_lance_errors(f"count rows of partition table {table.object_id}", missing=CorruptNamespace):
+            return int(ns.open_table(table).count_rows())
+
+    if not tables:
+        return 0
+    with ThreadPoolExecutor(max_workers=min(8, len(tables))) as pool:
+        return sum(pool.map(count, tables))
 
 
 def rows_to_delete_datafusion(
@@ -658,11 +681,12 @@ def vacuum(
     ``allow_short_retention`` is set; leases are honoured either way.
     """
     if retain < dt.timedelta(0):
-        raise InvalidInput(f"vacuum retain={retain} is negative")
+        raise InvalidInput(f"vacuum retention {hours_text(retain)} is negative")
     if retain < MIN_RETENTION and not allow_short_retention:
         raise InvalidInput(
-            f"vacuum retain={retain} is under {MIN_RETENTION}; it could delete files of long writes in progress "
-            "and versions readers still use (pass allow_short_retention=True to do it anyway)"
+            f"vacuum retention {hours_text(retain)} is under {hours_text(MIN_RETENTION)}; it could delete files of "
+            "long writes in progress and versions readers still use (pass allow_short_retention=True, or "
+            "--allow-short-retention to jobs/vacuum.py, to do it anyway)"
         )
     ns = _namespace(root, storage_options).refresh()
     now = _aware(now) if now is not None else dt.datetime.now(dt.UTC)

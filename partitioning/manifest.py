@@ -54,6 +54,8 @@ __all__ = [
 ]
 
 MANIFEST_DIR = "__manifest"
+# creating a namespace takes two commits: its rows (version 1), then its spec and schema
+FIRST_READABLE_VERSION = 2
 # Fragments and batches a ``__manifest`` read keeps in flight: a first read in a process takes
 # about two thirds of the time with Lance's defaults (12 vs 16 ms at 20,000 tables, 47 vs 74 ms at 100,000).
 READAHEAD = 8
@@ -246,9 +248,10 @@ class ManifestStore:
                 latest = self._latest()
                 versions = [v["version"] for v in latest.versions()] or [latest.version]
                 vacuumed = f" (versions before {min(versions)} were vacuumed)" if min(versions) > 1 else ""
+                first = max(min(versions), FIRST_READABLE_VERSION)
                 raise InvalidInput(
-                    f"{self.root} has no __manifest version {version}; it has versions "
-                    f"{min(versions)}..{max(versions)}{vacuumed}"
+                    f"{self.root} has no __manifest version {version}; the readable versions are "
+                    f"{first}..{max(versions)}{vacuumed}"
                 ) from exc
 
     def _latest(self) -> lance.LanceDataset:

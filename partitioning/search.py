@@ -127,6 +127,10 @@ def query_matrix(vectors: Any, column: str, dimension: int) -> np.ndarray:
     return matrix
 
 
+# re-rank 10k index candidates per partition by exact distance (lancedb's refine_factor)
+DEFAULT_REFINE_FACTOR = 10
+
+
 def _positive(name: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
@@ -152,12 +156,22 @@ def plan_search(
     module evaluates exactly (comparisons, IN, BETWEEN, LIKE, IS NULL, NOT, AND, OR of
     columns and literals). ``metric`` defaults to the partitions' index metric (else l2);
     one that differs from an index's metric is refused unless ``exact``.
+
+    ``refine_factor`` (default :data:`DEFAULT_REFINE_FACTOR`): an index search fetches
+    ``refine_factor * k`` candidates per partition and ranks them by their exact distance,
+    so ``_distance`` is exact and the order right among the candidates; ``0`` turns it off
+    (PQ's approximate distances, which can misorder the top rows).
     """
     arrow = ns.schema
     name, dimension = resolve_vector_column(arrow, column)
     _positive("k", k)
     _positive("nprobes", nprobes)
-    _positive("refine_factor", refine_factor)
+    if refine_factor is None:
+        refine_factor = DEFAULT_REFINE_FACTOR
+    elif refine_factor == 0 and not isinstance(refine_factor, bool):
+        refine_factor = None  # off: the index's approximate distances and order
+    else:
+        _positive("refine_factor", refine_factor)
     if metric is not None and (not isinstance(metric, str) or metric.lower() not in METRICS):
         raise InvalidInput(f"unknown metric {metric!r}; metrics are: {', '.join(METRICS)}")
     output = tuple(arrow.names) if columns is None else tuple(columns)

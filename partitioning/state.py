@@ -435,10 +435,25 @@ def _remember(key: Hashable, state: NamespaceState) -> None:
             _cache.popitem(last=False)
 
 
+def _check_bare_version(ds: lance.LanceDataset, root: str) -> None:
+    """A version before the spec was stored (the first step of CREATE, which history lists)
+    is refused in one line naming the readable versions."""
+    try:
+        latest = ds.latest_version
+    except (OSError, ValueError, RuntimeError):
+        return
+    if ds.version < latest:
+        raise InvalidInput(
+            f"{root}: __manifest version {ds.version} is the first step of creating the namespace and holds "
+            f"no partition spec yet; the readable versions are {ds.version + 1}..{latest}"
+        )
+
+
 def _decode_state(ds: lance.LanceDataset, root: str, previous: ReadRows | None = None) -> NamespaceState:
     metadata = ManifestStore.metadata_of(ds)
     spec_keys = {int(m.group(1)): k for k in metadata if (m := _SPEC_KEY_RE.match(k))}
     if not spec_keys:
+        _check_bare_version(ds, root)
         raise NamespaceNotFound(
             f"{root} is not a partitioned namespace: its __manifest has no partition_spec_v<N> property"
         )

@@ -71,7 +71,7 @@ def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwr
         # session's setting as the tasks see it (as for Spark's file sources)
         from pipelines.datasource import new_writer
 
-        return new_writer(plain, schema, mode != "append")
+        return new_writer(plain, schema, mode != "append", lowered.get("lp.connect") == "true")
     if mode == "replace":
         plain = {**_plain(options), "partitionOverwriteMode": "dynamic"}
         return ReplaceWriter(plain, schema, lowered.get("lp.exact"))

@@ -128,8 +128,11 @@ def jvm_layer(spark: SparkSession) -> bool:
     return state == "jvm"
 
 
-def relative_path_missing(path: str) -> str:
-    """The line for a relative ``path`` with no namespace where the source resolved it."""
+def relative_path_missing(path: str, connect: bool) -> str:
+    """The line for a relative ``path`` with no namespace where the source resolved it (on a
+    Spark Connect server: the server's working directory, not the client's)."""
+    if not connect:
+        return f"no namespace at {path!r} (relative to the working directory: {resolve_root(path)!r})"
     return (
         f"relative path {path!r} was resolved on the Spark server as {resolve_root(path)!r}, which holds no "
         "namespace; use an absolute path or URI (read_partitioned/write_partitioned resolve on the client)"
@@ -191,7 +194,7 @@ class LancePartitionedDataSource(DataSource):
             return PartitionedNamespace.load(root, storage_options_from(options), manifest_version=pinned)
         except NamespaceNotFound as exc:
             if is_relative_path(root):
-                raise NamespaceNotFound(relative_path_missing(root)) from exc
+                raise NamespaceNotFound(relative_path_missing(root, self.session_connect)) from exc
             raise
 
     def schema(self) -> StructType:
@@ -228,18 +231,21 @@ class LancePartitionedDataSource(DataSource):
         with _one_line():
             if path:
                 check_source_root(path, self.session_master, self.session_connect)
-            return new_writer(dict(self.options), schema, overwrite)
+            return new_writer(dict(self.options), schema, overwrite, self.session_connect)
 
 
-def new_writer(options: dict[str, str], schema: StructType, overwrite: bool) -> LancePartitionedWriter:
+def new_writer(
+    options: dict[str, str], schema: StructType, overwrite: bool, connect: bool = False
+) -> LancePartitionedWriter:
     """The data source writer; a relative path with no namespace (and no ``partition_by``) says
     where it was looked for."""
-    path = _lower(options).get("path")
+    lowered = _lower(options)
+    path = lowered.get("path")
     try:
         return LancePartitionedWriter(options, schema, overwrite)
     except SpecError as exc:
-        if path and is_relative_path(path) and not _namespace_at(path, _lower(options)):
-            raise NamespaceNotFound(relative_path_missing(path)) from exc
+        if path and "partition_by" not in lowered and is_relative_path(path) and not _namespace_at(path, lowered):
+            raise NamespaceNotFound(relative_path_missing(path, connect)) from exc
         raise
 
 

@@ -107,7 +107,7 @@ def test_bad_versions_and_times_are_one_line_and_change_nothing(tmp_path) -> Non
     write_table(ns, _input(range(4)))
     latest = _latest(root)
     cases = [
-        (dict(version=latest + 5), f"has no __manifest version {latest + 5}; it has versions 1..{latest}"),
+        (dict(version=latest + 5), f"has no __manifest version {latest + 5}; the readable versions are 2..{latest}"),
         (dict(version=0), "__manifest version must be a positive integer, got 0"),
         (dict(version="2"), "__manifest version must be a positive integer, got '2'"),
         (dict(timestamp="2001-01-01T00:00:00Z"), "is before the first commit of"),
@@ -144,7 +144,7 @@ def test_restore_of_a_vacuumed_table_version_is_refused(tmp_path) -> None:
 
     vacuum(root, dt.timedelta(0), allow_short_retention=True)
     with pytest.raises(
-        InvalidInput, match=r"has no __manifest version 1; it has versions \d+\.\.\d+ \(versions before"
+        InvalidInput, match=r"has no __manifest version 1; the readable versions are \d+\.\.\d+ \(versions before"
     ):
         restore(root, version=1)
 

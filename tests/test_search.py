@@ -121,10 +121,44 @@ def test_indexed_search_recall_with_a_shared_model(spark, tmp_path):
         ids = _ids(search_partitioned(spark, root, q, k=10, nprobes=3, refine_factor=10))
         recalls.append(len(set(ids) & set(brute_force(data, q, 10))) / 10)
         assert len(ids) == 10
-        plain = search(root, q, k=10, nprobes=1, columns=["id"])
+        plain = search(root, q, k=10, nprobes=1, refine_factor=0, columns=["id"])
         rough.append(len(set(plain.column("id").to_pylist()) & set(brute_force(data, q, 10))) / 10)
     assert np.mean(recalls) >= 0.9
     assert np.mean(rough) < 1.0  # the index answers (PQ without refine is approximate), not a scan
+
+
+def test_a_first_search_on_an_index_has_exact_distances_in_order(tmp_path):
+    """No refine_factor given: the top rows come with their exact distance (numpy's), nearest
+    first; refine_factor=0 shows PQ's approximate ones."""
+    tables = [make_table(3000, 21)]
+    root = str(tmp_path / "ns")
+    index_all(create(root, tables))
+    data = data_of(tables)
+    exact_rows, approximate = 0, 0
+    for q in _queries(10, seed=5):
+        truth = np.linalg.norm(data.vectors - q, axis=1) ** 2
+        got = search(root, q, k=5, nprobes=8, columns=["id"])
+        ids, dist = got.column("id").to_pylist(), got.column("_distance").to_numpy()
+        want = truth[np.searchsorted(data.ids, ids)]
+        assert np.allclose(dist, want, rtol=1e-4, atol=1e-4), (ids, dist, want)
+        assert list(dist) == sorted(dist)
+        exact_rows += len(set(ids) & set(brute_force(data, q, 5)))
+        rough = search(root, q, k=5, nprobes=8, refine_factor=0, columns=["id"])
+        rough_ids = rough.column("id").to_pylist()
+        approximate += int(
+            not np.allclose(
+                rough.column("_distance").to_numpy(), truth[np.searchsorted(data.ids, rough_ids)], rtol=1e-4, atol=1e-4
+            )
+        )
+    assert exact_rows >= 48  # of 50: the probed cells hold the true top 5
+    assert approximate > 0
+
+
+def test_refine_factor_must_be_a_whole_number(tmp_path):
+    root = str(tmp_path / "ns")
+    create(root, [make_table(50, 3)])
+    with pytest.raises(InvalidInput, match="refine_factor must be a positive integer, got -1"):
+        search(root, _queries(1)[0], k=3, refine_factor=-1)
 
 
 def test_unindexed_rows_are_searched_too(spark, tmp_path):

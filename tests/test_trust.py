@@ -290,7 +290,7 @@ def test_a_missing_data_file_names_the_partition_and_file(spark: SparkSession, h
 
 
 def test_a_bad_manifest_version_names_the_versions(spark: SparkSession, hours: str) -> None:
-    with pytest.raises(InvalidInput, match=r"has no __manifest version 99; it has versions 1\.\.\d+$"):
+    with pytest.raises(InvalidInput, match=r"has no __manifest version 99; the readable versions are 2\.\.\d+$"):
         read_partitioned(spark, hours, manifest_version=99)
     register_data_source(spark)
     with pytest.raises(PySparkException, match="versionAsOf must be a __manifest version number"):

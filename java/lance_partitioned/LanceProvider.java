@@ -95,7 +95,56 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
     boolean catalogTable = lower.containsKey("provider");
     Map<String, String> options = new HashMap<>(properties);
     options.putAll(Bridge.sessionOptions());
-    return new LanceTable(path, snapshot, path, options, schema, !catalogTable);
+    if (partitioning.length == 0) {
+      return new LanceTable(path, snapshot, path, options, schema, !catalogTable);
+    }
+    // DataFrameWriter.partitionBy(...): Spark checks it against the table's partitioning
+    if (snapshot != null) {
+      if (!Arrays.equals(partitioning, snapshot.partitioning)) {
+        throw new IllegalArgumentException(
+            "lance_partitioned: the namespace at " + path + " is partitioned as " + shown(snapshot.partitioning)
+                + ", not " + shown(partitioning) + "; drop .partitionBy() to write with its spec "
+                + "(change the spec with evolve_partition_spec or ALTER TABLE ... ADD PARTITION FIELD)");
+      }
+      return new LanceTable(path, snapshot, path, options, schema, !catalogTable);
+    }
+    String by = partitionBy(partitioning);
+    String given = lower.get("partition_by");
+    if (given != null && !given.replace(" ", "").equals(by.replace(" ", ""))) {
+      throw new IllegalArgumentException(
+          "lance_partitioned: .partitionBy(" + by.replace("; ", ", ") + ") and option partition_by '" + given
+              + "' disagree; give one of them");
+    }
+    options.put("partition_by", by);
+    return new LanceTable(path, null, path, options, schema, !catalogTable, partitioning);
+  }
+
+  /** The columns of {@code .partitionBy(...)} as option {@code partition_by} ({@code "a; b"}). */
+  private static String partitionBy(Transform[] partitioning) {
+    StringBuilder out = new StringBuilder();
+    for (Transform t : partitioning) {
+      if (!"identity".equals(t.name()) || t.references().length != 1) {
+        throw new IllegalArgumentException(
+            "lance_partitioned: .partitionBy() takes column names; for transforms use option partition_by, "
+                + "e.g. .option('partition_by', 'day(ts); bucket[16](user_id)'), not " + t.describe());
+      }
+      if (out.length() > 0) {
+        out.append("; ");
+      }
+      out.append(String.join(".", t.references()[0].fieldNames()));
+    }
+    return out.toString();
+  }
+
+  private static String shown(Transform[] partitioning) {
+    StringBuilder out = new StringBuilder("(");
+    for (Transform t : partitioning) {
+      if (out.length() > 1) {
+        out.append(", ");
+      }
+      out.append(t.describe());
+    }
+    return out.append(")").toString();
   }
 
   static Map<String, String> lowered(Map<String, String> options) {
