@@ -13,7 +13,7 @@ QUIET_JVM := 2> >(grep -v --line-buffered '^WARNING: Using incubator modules: jd
 SUBMIT := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
 	--master local[2] --properties-file spark-conf/spark-defaults.conf --jars $(JAR)
 
-.PHONY: setup run test test-slow lint bench bench-slow clean java
+.PHONY: setup run test test-slow lint bench bench-slow docs clean java
 
 setup: $(STAMP) $(JAR)
 
@@ -21,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@$(MAKE) --no-print-directory java
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
+	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[dev,docs]'
 	touch $(STAMP)
 
 java:
@@ -61,6 +61,10 @@ bench: $(STAMP) $(JAR)
 
 bench-slow: $(STAMP) $(JAR)
 	$(PY) -m pytest -q -m "bench and slow" benchmarks -s -p no:cacheprovider
+
+# the documentation site (docs/, mkdocs.yml) into build/site; --strict fails on a broken link or reference
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
 
 clean:
 	rm -rf warehouse build .pytest_cache .mypy_cache .ruff_cache
