@@ -24,6 +24,7 @@ a reason.
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 import subprocess
@@ -397,3 +398,40 @@ def test_the_plan_reading_prints(docs_run: Run, line: str) -> None:
     assert any(line in code.splitlines() for code in shown)
     printed = [line for (page, _), lines in docs_run.output.items() if page == "docs/reading.md" for line in lines]
     assert line in printed
+
+
+# --- the site
+
+
+def _all_names(init: Path) -> list[str]:
+    import ast
+
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return [ast.literal_eval(e) for e in node.value.elts]  # type: ignore[attr-defined]
+    raise AssertionError(f"no __all__ in {init}")
+
+
+def test_the_reference_covers_every_public_name_and_job() -> None:
+    directives = set(re.findall(r"^::: (\S+)$", (DOCS / "reference.md").read_text(), flags=re.MULTILINE))
+    expected = {f"pipelines.{n}" for n in _all_names(REPO / "pipelines" / "__init__.py")}
+    expected |= {f"partitioning.{n}" for n in _all_names(REPO / "partitioning" / "__init__.py")}
+    expected |= {f"jobs.{p.stem}" for p in (REPO / "jobs").glob("*.py") if not p.stem.startswith("_")}
+    assert expected <= directives, sorted(expected - directives)
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    """What ``make docs`` runs: no broken link, anchor or reference."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings_handlers.python")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "index.html").is_file()
