@@ -12,7 +12,7 @@ Every fenced block has a language, and what the tests do with it depends on it:
 - ```text blocks right after a python or sql block that ran are that block's output: every
   line of it must be printed by that block, in order (``...`` stands for any text; lines the
   block printed in between may be left out).
-- ```bash blocks are the commands of the docs (tests/test_docs_commands.py may run them);
+- ```bash blocks are the commands of the docs (a separate test runs them from a fresh clone);
   here they are only checked for an interpreter path a Spark worker can find.
 
 A block preceded by ``<!-- docs-test: not run: REASON -->`` is shown but not run (for a
