@@ -21,6 +21,7 @@ from partitioning.errors import InvalidInput
 __all__ = [
     "BOUNDED_TABLE_DIR_RE",
     "MAX_NAME_BYTES",
+    "TABLE_DIR_RE",
     "TABLE_NAME",
     "LocationPlanner",
     "PartitionKey",
@@ -37,6 +38,8 @@ PartitionKey = tuple[Any, ...]
 TABLE_NAME = "dataset"
 MAX_NAME_BYTES = 255
 BOUNDED_TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+_[a-z0-9]{16}$")
+# any partition table directory name the spec's naming gives (bounded or readable)
+TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+((\$[^/]*)*\$dataset|_[a-z0-9]{16})$")
 
 
 def keyed_hex(seed: bytes, object_id: str) -> str:

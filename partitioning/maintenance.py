@@ -53,6 +53,7 @@ from partitioning.orphans import (
     remove_empty_dirs,
     table_files,
 )
+from partitioning.progress import progress
 from partitioning.rewrites import PARALLEL_COMMITS, delete_and_append
 from partitioning.scan import ScanTask
 from partitioning.sqlengine import matching_rows
@@ -250,10 +251,11 @@ def rewrite_all(tasks: Sequence[CompactionTask], *, threads: int | None = None) 
     releases the GIL while it rewrites); results in the order of ``tasks``."""
     work = list(tasks)
     workers = max(1, min(len(work), threads if threads is not None else os.cpu_count() or 1))
+    label = f"compact {work[0].uri.rstrip('/').rsplit('/', 1)[0]}" if work else "compact"
     if workers == 1:
-        return [rewrite(t) for t in work]
+        return list(progress(label, (rewrite(t) for t in work), len(work), unit="bins"))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(rewrite, work))
+        return list(progress(label, pool.map(rewrite, work), len(work), unit="bins"))
 
 
 def commit_compaction(
@@ -720,7 +722,7 @@ def vacuum(
             plan.extend([deletion] if deletion is not None else [])
             kept.extend([why] if why is not None else [])
 
-    for location in sorted(known):
+    for location in progress(f"vacuum {ns.root}", sorted(known), len(known)):
         uri = join_uri(ns.root, location)
         if location not in retained and location not in latest_locations:
             item = f"table_dir {uri} (no retained __manifest version refers to it)"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,11 +27,11 @@ from lance import LanceOperation
 
 from partitioning.errors import PartitioningError, translate_lance_errors
 from partitioning.index_model import MODEL_DIR
+from partitioning.locations import TABLE_DIR_RE
 from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
 from partitioning.tables import _ours
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
-TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+((\$[^/]*)*\$dataset|_[a-z0-9]{16})$")
 DATA_FILE_SUFFIX = ".lance"
 
 

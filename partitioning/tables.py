@@ -40,6 +40,7 @@ from lance.optimize import Compaction, CompactionTask, RewriteResult
 from lance.schema import LanceSchema
 
 from partitioning.errors import ConcurrentModification, InvalidInput, SchemaError, translate_lance_errors
+from partitioning.locations import TABLE_DIR_RE
 from partitioning.manifest import filesystem_of
 from partitioning.schema import DATASET_FIELD_ID_KEY, NamespaceSchema, check_widening, dataset_field_id, field_id_of
 
@@ -618,6 +619,7 @@ def check_new_root(root: str, storage_options: Mapping[str, str] | None = None) 
         if _is_dataset(root, storage_options):
             raise InvalidInput(f"cannot create a partitioned namespace at {root}: it holds a plain Lance dataset")
         return
+    listed = [n for n in listed if not _failed_write_leftover(root, n, storage_options)]
     if listed:
         what = "a plain Lance dataset" if _DATASET_MARKER in listed else f"{len(listed)} entries"
         shown = ", ".join(repr(n) for n in sorted(listed)[:3]) + (", ..." if len(listed) > 3 else "")
@@ -625,6 +627,18 @@ def check_new_root(root: str, storage_options: Mapping[str, str] | None = None) 
             f"cannot create a partitioned namespace at {root}: the directory is not empty ({what}: {shown}); "
             "use a new or empty directory"
         )
+
+
+def _failed_write_leftover(root: str, name: str, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether ``root/name`` is what a failed creating write can leave once its namespace was
+    removed: its lease directory, or a partition table directory with uncommitted data files
+    only (a task Spark was still stopping wrote them). Vacuum of the new namespace removes them."""
+    if name == "_writes":
+        return True
+    if not TABLE_DIR_RE.match(name):
+        return False
+    inside = _entries(f"{root.rstrip('/')}/{name}", storage_options)
+    return inside is not None and set(inside) <= {"data"}
 
 
 def check_namespace_root(root: str, storage_options: Mapping[str, str] | None = None) -> None:

@@ -22,8 +22,9 @@ import pyarrow.fs as pafs
 
 from partitioning.errors import PartitioningError
 from partitioning.leases import LEASE_DIR, list_leases
+from partitioning.locations import TABLE_DIR_RE
 from partitioning.manifest import MANIFEST_DIR, ManifestStore, contained, filesystem_of, join_uri
-from partitioning.orphans import TABLE_DIR_RE, delete_files, remove_empty_dirs, table_files
+from partitioning.orphans import delete_files, remove_empty_dirs, table_files
 
 __all__ = ["discard_unborn", "purge_namespace", "remove_leases", "table_dirs"]
 

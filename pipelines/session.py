@@ -19,12 +19,14 @@ directory (``local``, ``local-cluster``); with any other master :func:`driver_ro
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import shlex
 import sys
 import urllib.parse
 import warnings
+import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +63,8 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
 DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
 # Built by `make` from java/: the reference murmur3 as a Java UDF (pipelines.murmur3).
 UDF_JAR = Path(__file__).resolve().parent.parent / "build" / "lance-partitioned-udfs.jar"
+QUIET_ERRORS_PLUGIN = "lance_partitioned.QuietErrors"
+QUIET_DAEMON = "lance_partitioned_daemon"
 # A conf key and the environment variable that sets the same interpreter.
 _PYTHON_KEYS = {"spark.pyspark.python": "PYSPARK_PYTHON", "spark.pyspark.driver.python": "PYSPARK_DRIVER_PYTHON"}
 _SUBMIT_FLAGS = {
@@ -105,6 +109,15 @@ def read_spark_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
     return conf
 
 
+def _jar_has(jar: Path, class_name: str) -> bool:
+    """Whether ``jar`` holds ``class_name`` (a jar built before the class was added does not)."""
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            return class_name.replace(".", "/") + ".class" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def session_conf(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """spark-defaults.conf with the interpreter and log4j paths made absolute, and the UDF
     jar where `make` built it. Installed from a wheel (EMR, Databricks) there is no
@@ -112,10 +125,16 @@ def session_conf(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     conf = read_spark_defaults() if DEFAULTS_FILE.is_file() else {}
     conf["spark.pyspark.python"] = sys.executable
     conf["spark.pyspark.driver.python"] = sys.executable
+    if importlib.util.find_spec(QUIET_DAEMON) is not None:
+        # .show(n) / LIMIT end workers early: no BrokenPipeError tracebacks for that
+        conf["spark.python.daemon.module"] = QUIET_DAEMON
     if (CONF_DIR / "log4j2.properties").is_file():
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={CONF_DIR / 'log4j2.properties'}"
     if UDF_JAR.is_file():
         conf["spark.jars"] = str(UDF_JAR)
+        if _jar_has(UDF_JAR, QUIET_ERRORS_PLUGIN):
+            # a project error raised in a task is one line from the driver, not executor stacks too
+            conf["spark.plugins"] = QUIET_ERRORS_PLUGIN
     conf.update(extra or {})
     return conf
 
@@ -250,6 +269,12 @@ def _launch_jvm(options: Mapping[str, str]) -> bool:
     return True
 
 
+def _jar_given(user: Mapping[str, str]) -> bool:
+    """Whether the user put the project's jar on ``spark.jars`` (``--jars``), so the driver JVM
+    spark-submit started has its classes."""
+    return any(Path(j).name == UDF_JAR.name for j in user.get("spark.jars", "").split(",") if j)
+
+
 def _own_log_config(user: Mapping[str, str]) -> bool:
     conf_dir = os.environ.get("SPARK_CONF_DIR")
     return "log4j" in user.get("spark.driver.extraJavaOptions", "") or bool(
@@ -295,6 +320,8 @@ def build_session(
         # Launching the JVM forks and immediately execs; pylance's fork warning does not apply.
         warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
         launched = _launch_jvm(options)
+        if not launched and options.get("spark.plugins") == QUIET_ERRORS_PLUGIN and not _jar_given(user):
+            options.pop("spark.plugins")  # spark-submit without --jars: the driver cannot load it
         if not (remote and launched):
             # A local Connect server reads them from the JVM started here; given to the Connect
             # builder as well, each setting it cannot change at runtime would be one warning.

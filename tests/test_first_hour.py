@@ -86,3 +86,24 @@ def test_partition_by_creates_a_namespace_and_a_mismatch_says_what_to_do(spark: 
         df.write.format("lance_partitioned").partitionBy("id").mode("append").save(root)
     first = str(err.value).splitlines()[0]
     assert f"the namespace at {root} is partitioned as (country), not (id); drop .partitionBy()" in first
+
+
+def test_a_long_operation_over_many_tables_prints_progress_lines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from partitioning import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "INTERVAL", 0.05)
+    seen = []
+    for n in progress_module.progress("vacuum /data/events", range(6), 6):
+        time.sleep(0.03)
+        seen.append(n)
+    assert seen == list(range(6))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and lines[-1].startswith("vacuum /data/events: 6 of 6 partition tables (100%), ")
+    assert all(ln.startswith("vacuum /data/events: ") for ln in lines)
+    for _ in progress_module.progress("quick", range(3), 3):
+        pass
+    assert capsys.readouterr().err == ""  # a short operation prints nothing

@@ -592,7 +592,7 @@ def test_jobs_compact_delete_and_vacuum_print_their_summaries(spark, job_root, c
     fr = _by_country(PartitionedNamespace.load(root))["FR"]
     assert delete_job.main(["--root", root, "--filter", "country = 'FR'", "--drop-partitions"]) == 0
     assert capsys.readouterr().out.strip() == (
-        f"drop_partitions {root}: dropped 1 partition tables, __manifest v{v + 3}"
+        f"drop_partitions {root}: dropped 1 partition tables (1 rows), __manifest v{v + 3}"
     )
     expected = [(1, "US", 10), (2, "CN", 20), (5, "CN", 50), (6, "US", 60)]
     assert _rows(PartitionedNamespace.load(root)) == expected
@@ -624,7 +624,7 @@ def test_jobs_compact_delete_and_vacuum_print_their_summaries(spark, job_root, c
         (compact_job, ["--filter", "nope = 1"], "nope"),
         (delete_job, ["--filter", "nope = 1"], "nope"),
         (delete_job, ["--filter", "v = 1", "--drop-partitions"], "use delete_rows"),
-        (vacuum_job, ["--retain-hours", "0"], "allow_short_retention"),
+        (vacuum_job, ["--retain-hours", "0"], "add --allow-short-retention"),
     ],
     ids=["compact-unknown-column", "delete-unknown-column", "drop-non-partition-column", "vacuum-short-retention"],
 )

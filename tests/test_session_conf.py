@@ -130,4 +130,6 @@ def test_session_conf_without_the_repositorys_spark_conf(tmp_path, monkeypatch) 
     assert session.session_conf() == {
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        # a wheel installs the quiet daemon module too (setup.cfg py_modules)
+        "spark.python.daemon.module": "lance_partitioned_daemon",
     }

@@ -1,0 +1,149 @@
+"""A bad value found in a Spark task reaches the user as one line, at every door: no
+executor or scheduler stacks for a project error (Spark's own errors keep theirs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+UDF_JAR = REPO / "build" / "lance-partitioned-udfs.jar"
+
+
+def _csv(path: Path, rows: int, bad_row: int | None) -> Path:
+    lines = ["id,country,amount"]
+    for i in range(rows):
+        amount = "2.5" if i == bad_row else str(i)
+        lines.append(f"{i},{('US', 'DE', 'FR')[i % 3]},{amount}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _submit(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """jobs/ingest.py under spark-submit from the repository root, as the docs run it."""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "spark-submit"),
+            "--master",
+            "local[2]",
+            "--properties-file",
+            "spark-conf/spark-defaults.conf",
+            "--jars",
+            str(UDF_JAR),
+            str(REPO / "jobs" / "ingest.py"),
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _noise(stderr: str) -> list[str]:
+    """Lines other than Spark's start-up notes (hostname, incubator modules)."""
+    quiet = ("WARN Utils: Your hostname", "WARN Utils: Set SPARK_LOCAL_IP", "Using incubator modules")
+    return [ln for ln in stderr.splitlines() if ln.strip() and not any(q in ln for q in quiet)]
+
+
+def test_a_bad_value_in_a_csv_through_ingest_is_one_error_line(tmp_path: Path) -> None:
+    root = str(tmp_path / "ns")
+    first = _csv(tmp_path / "first.csv", 200, None)
+    ok = _submit(["--root", root, "--input", str(first), "--format", "csv", "--partition-by", "country"])
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    bad = _csv(tmp_path / "bad.csv", 200, bad_row=137)
+    proc = _submit(["--root", root, "--input", str(bad), "--format", "csv"])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    # spark-submit hands the Python process's stderr to its own stdout
+    noise = _noise(proc.stdout + "\n" + proc.stderr)
+    errors = [ln for ln in noise if ln.startswith("error: ")]
+    assert errors == ["error: column 'amount': value '2.5' of type double cannot be stored as int without loss"], (
+        proc.stderr[-3000:]
+    )
+    assert len(noise) <= 3, "\n".join(noise)  # the error line, and Spark's one "aborting job" line
+    assert not any(ln.lstrip().startswith("at ") for ln in noise)
+
+
+SCRIPT = """
+import sys
+import pyarrow as pa
+from pipelines import build_session, write_partitioned
+spark = build_session("quiet errors")
+schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("c", pa.string())])
+df = spark.createDataFrame([(1, "a"), (None, "b")], "id long, c string")
+try:
+    write_partitioned(df, sys.argv[1], partition_by=["c"], schema=schema)
+except ValueError as exc:
+    print("refused:", exc, flush=True)
+print("=== Spark's own error", file=sys.stderr, flush=True)
+try:
+    spark.sql("SELECT 1 / (id - id) FROM range(3)").collect()
+except Exception as exc:
+    print("spark:", type(exc).__name__, flush=True)
+"""
+
+
+def test_a_task_error_in_a_session_the_project_built_logs_no_stacks(tmp_path: Path) -> None:
+    script = tmp_path / "quiet.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ns")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[:2] == [
+        "refused: column 'id' is not nullable but the input has NULL",
+        "spark: ArithmeticException",
+    ], proc.stdout
+    ours, theirs = proc.stderr.split("=== Spark's own error")
+    assert [ln for ln in _noise(ours) if "aborting job" not in ln] == [], ours[-3000:]
+    assert "Exception in task" in theirs and "\tat " in theirs  # Spark's own failure keeps its trace
+
+
+SHOW_SCRIPT = """
+import sys
+from pipelines import build_session
+spark = build_session("show")
+df = spark.read.format("lance_partitioned").load(sys.argv[1])
+df.show(3)
+df.limit(2).collect()
+spark.sql("SELECT id FROM range(1000000)").show(2)
+"""
+
+
+def test_show_and_limit_print_no_broken_pipe_tracebacks(tmp_path: Path) -> None:
+    """Spark closes a Python worker's connection once ``show(n)`` / ``LIMIT`` have their rows:
+    PySpark's daemon printed a BrokenPipeError traceback for each; the quiet daemon does not."""
+    import pyarrow as pa
+
+    from partitioning import PartitionedNamespace
+    from partitioning.write import write_table
+
+    root = str(tmp_path / "ns")
+    ns = PartitionedNamespace.create(root, pa.schema([("id", pa.int64()), ("c", pa.string())]), ["c"])
+    write_table(ns, pa.table({"id": list(range(200_000)), "c": [str(i % 5) for i in range(200_000)]}))
+    script = tmp_path / "show.py"
+    script.write_text(SHOW_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), root],
+        cwd=tmp_path,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "only showing top 3 rows" in proc.stdout
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr[-3000:]
