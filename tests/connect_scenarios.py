@@ -396,6 +396,19 @@ def jobs(spark: Any) -> None:
     check("job demo rows", sum(lance.dataset(p.uri, version=p.read_version).count_rows() for p in ns.partitions()), 300)
 
 
+def reused_dataframes(spark: Any) -> None:
+    """tests/reuse_scenarios.py on this Connect session: one DataFrame reused across filters,
+    self-joins, unions, views, cache and explain gives Spark's answer every time."""
+    import reuse_scenarios
+
+    root = os.path.abspath("reuse/ns")
+    reuse_scenarios.make_namespace(root)
+    results = reuse_scenarios.all_scenarios(spark, root)
+    check("reuse: enough scenarios ran", len(results) > 60, True)
+    for label, got, want in results:
+        check(f"reuse: {label}", got, want)
+
+
 def main(workdir: str) -> None:
     os.makedirs(workdir, exist_ok=True)
     os.chdir(workdir)
@@ -413,6 +426,7 @@ def main(workdir: str) -> None:
         vector_search,
         maintenance,
         jobs,
+        reused_dataframes,
     ):
         started = time.perf_counter()
         part(spark)

@@ -142,9 +142,10 @@ def test_killed_at_random_times_then_vacuum(tmp_path: Path, kind: str) -> None:
         _check_after_kill(root, states, f"{kind} killed at a random time, round {n}")
 
 
-@pytest.mark.parametrize("kind", list(SPARK))
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=[pytest.mark.slow] if k != "merge" else []) for k in SPARK])
 def test_a_killed_spark_operation_then_vacuum(tmp_path: Path, kind: str) -> None:
-    """A merge or update (each in a SparkSession of its own) killed after a random one of its commits."""
+    """A merge or update (each in a SparkSession of its own) killed after a random one of its
+    commits; the update (the same rewrite path as the merge) under the slow marker."""
     k = random.Random(f"kill-{kind}").randint(1, SPARK[kind])
     root, target, states = _case(tmp_path, "ns", kind)
     assert _run(root, kind, target, after_commits=k) == "", f"{kind} made fewer than {k} Lance commits"

@@ -3,20 +3,16 @@
 PySpark 4.3.0 keeps the first scan's read plan for every later scan of the same
 DataFrame. These tests reuse one DataFrame across filters, self-joins, unions, temp
 views, cache and explain, on the format route and on ``read_partitioned``, in a classic
-session and through Spark Connect, and compare each answer with Spark's own on a plain
+session (and, in tests/connect_scenarios.py, through Spark Connect), and compare each answer with Spark's own on a plain
 DataFrame of the same rows.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 
 import reuse_scenarios as scenarios
 from pyspark.sql import SparkSession
-from subprocess_runs import run_ok
 
 from pipelines.datasource import pushdown_is_per_scan
 
@@ -39,12 +35,3 @@ def test_this_spark_shares_pushdown_plans_between_scans(spark: SparkSession) -> 
     """The probe sees PySpark 4.3.0's shared plan, so pushed filters must not prune here."""
     assert spark.version.startswith("4.3.0")
     assert pushdown_is_per_scan(spark, probe=True) is False
-
-
-def test_reused_dataframes_match_spark_connect(tmp_path: Path) -> None:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    proc = run_ok([sys.executable, str(TESTS / "reuse_scenarios.py"), str(tmp_path / "ns")], env=env, timeout=900)
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(results) > 60, proc.stderr[-3000:]
-    bad = [f"{r['label']}: got {r['got']!r}, Spark says {r['want']!r}" for r in results if r["got"] != r["want"]]
-    assert not bad, "\n".join(bad)
