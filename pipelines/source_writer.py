@@ -268,9 +268,9 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         check_new_root(root, storage_options)
         if "partition_by" not in opts:
             raise SpecError(
-                f"no namespace at {root}; set .option('partition_by', 'day(ts); country') to create it "
-                "(Spark does not pass .partitionBy() to Python data sources), or use "
-                "pipelines.write_partitioned(df, root, partition_by=[...])"
+                f"no namespace at {root}; to create it, give its partitioning: PARTITIONED BY (...) in SQL, "
+                ".partitionBy(...) or .option('partition_by', 'day(ts); country') on a DataFrame write, or "
+                "partition_by=[...] to pipelines.write_partitioned"
             )
         ns_schema = namespace_schema_from_spark(schema)
         return PartitionedNamespace.create(

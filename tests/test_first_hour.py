@@ -107,3 +107,23 @@ def test_a_long_operation_over_many_tables_prints_progress_lines(
     for _ in progress_module.progress("quick", range(3), 3):
         pass
     assert capsys.readouterr().err == ""  # a short operation prints nothing
+
+
+def test_ctas_in_the_session_catalog_needs_a_location_and_says_so(spark: SparkSession, tmp_path: Path) -> None:
+    spark.range(6).selectExpr("id", "cast(id % 2 as string) c").createOrReplaceTempView("ctas_src")
+    with pytest.raises(Exception) as err:
+        spark.sql("CREATE TABLE ctas_managed USING lance_partitioned PARTITIONED BY (c) AS SELECT * FROM ctas_src")
+    first = str(err.value).splitlines()[0]
+    assert "CREATE TABLE ... USING lance_partitioned needs LOCATION '<namespace root>'" in first
+    assert "spark.sql.catalog.lance=lance_partitioned.LanceCatalog" in first
+    root = str(tmp_path / "ctas")
+    try:
+        spark.sql(
+            f"CREATE TABLE ctas_at USING lance_partitioned PARTITIONED BY (c) LOCATION '{root}' "
+            "AS SELECT * FROM ctas_src"
+        )
+        assert sorted(r.id for r in spark.table("ctas_at").collect()) == list(range(6))
+        ns = PartitionedNamespace.load(root)
+        assert [ns.namespace_schema.field_by_id(i).name for f in ns.current_spec.fields for i in f.source_ids] == ["c"]
+    finally:
+        spark.sql("DROP TABLE IF EXISTS ctas_at")

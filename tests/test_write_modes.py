@@ -151,7 +151,8 @@ def test_missing_partition_by_names_the_option_and_write_partitioned(registered,
     with pytest.raises(PySparkException) as info:
         _rows(registered, 0, 3, ("US",)).write.format("lance_partitioned").mode("append").save(root)
     text = str(info.value)
-    assert "set .option('partition_by'" in text and "write_partitioned(df, root, partition_by=" in text
+    assert "give its partitioning: PARTITIONED BY (...) in SQL, .partitionBy(...) or .option('partition_by'" in text
+    assert "partition_by=[...] to pipelines.write_partitioned" in text
     assert "Traceback" not in text
     assert not os.path.exists(root)
 

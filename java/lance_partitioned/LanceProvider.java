@@ -59,8 +59,15 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
   private JsonNode describe(Map<String, String> options, boolean missingOk) {
     if (described == null || (!missingOk && described.has("error"))) {
       Map<String, String> lower = lowered(options);
-      String path = lower.get("path");
+      String path = rootOf(lower);
       if (path == null || path.isEmpty()) {
+        if (lower.containsKey("provider")) {
+          throw new IllegalArgumentException(
+              "lance_partitioned: CREATE TABLE ... USING lance_partitioned needs LOCATION '<namespace root>' "
+                  + "(Spark's session catalog keeps no managed lance_partitioned tables); or use the project's "
+                  + "catalog: spark.sql.catalog.lance=lance_partitioned.LanceCatalog, "
+                  + "spark.sql.catalog.lance.warehouse=<root>, then CREATE TABLE lance.db.t ...");
+        }
         throw new IllegalArgumentException("lance_partitioned: load(path) is required: the namespace root");
       }
       Map<String, Object> args = new HashMap<>();
@@ -89,7 +96,7 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
     JsonNode d = describe(properties, true);
     Described snapshot = d.has("error") ? null : Described.of(d);
     Map<String, String> lower = lowered(properties);
-    String path = lower.get("path");
+    String path = rootOf(lower);
     // a session catalog table (CREATE TABLE ... USING lance_partitioned) resolves SQL columns
     // as any table does; the DataFrame API hands the Python writer the rows as they are
     boolean catalogTable = lower.containsKey("provider");
@@ -145,6 +152,18 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
       out.append(t.describe());
     }
     return out.append(")").toString();
+  }
+
+  /** The namespace root: option {@code path}, else a session catalog table's {@code location}. */
+  static String rootOf(Map<String, String> lower) {
+    String path = lower.get("path");
+    if ((path == null || path.isEmpty()) && lower.get("location") != null) {
+      path = lower.get("location");
+      if (path.startsWith("file:")) {
+        path = java.net.URI.create(path).getPath();
+      }
+    }
+    return path;
   }
 
   static Map<String, String> lowered(Map<String, String> options) {
