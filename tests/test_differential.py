@@ -231,7 +231,7 @@ def cases(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[str], str, list[s
     return rows, layouts, zone, fs, draw(st.booleans(), label="ansi")
 
 
-@_settings(6)  # 150 under the slow marker below
+@_settings(4)  # 150 under the slow marker below
 @given(case=cases())
 def test_every_route_gives_sparks_answer(spark: SparkSession, case: Any) -> None:
     check_table(spark, *case)

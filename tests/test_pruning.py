@@ -777,7 +777,7 @@ def lost_rows(
     return failures
 
 
-@settings(SOUNDNESS, max_examples=40)
+@settings(SOUNDNESS, max_examples=25)
 @given(rows=row_lists(), data=st.data())
 def test_pruning_is_sound(rows: list[dict[str, Any]], data: st.DataObject) -> None:
     """Rows matching a filter in the whole namespace all live in the tables the plan keeps."""
