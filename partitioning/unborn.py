@@ -7,9 +7,9 @@ another spec starts from an empty root. It removes nothing when anything else ha
 there: a commit after the creation, or a live lease of another write.
 
 :func:`purge_namespace` deletes the Lance-written entries of a root (``__manifest``, the
-partition datasets, the leases) and the root itself when nothing else is left. Every
-deletion is checked to lie inside the root (:func:`partitioning.orphans.contained`);
-entries not written by Lance stay.
+partition datasets, the leases); the root directory itself stays. Every deletion is checked
+to lie strictly inside the root (:func:`partitioning.manifest.contained`); entries not
+written by Lance stay.
 """
 
 from __future__ import annotations
@@ -61,22 +61,13 @@ def remove_leases(root: str, options: Options) -> None:
     remove_empty_dirs(root, [join_uri(root, LEASE_DIR)], options)
 
 
-def remove_root_if_empty(root: str, options: Options) -> None:
-    fs, path = filesystem_of(root, options)
-    try:
-        if not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
-            fs.delete_dir(path)  # the root itself, which holds nothing
-    except OSError:
-        pass
-
-
 def purge_namespace(root: str, options: Options, tables: list[str] | None = None) -> None:
     """Delete ``__manifest``, the partition datasets (``tables``, default: every dataset
-    directory under the root), the leases, and the root when it is then empty."""
+    directory under the root) and the leases. The root itself stays (deletions stay strictly
+    inside it); a catalog removes an emptied table root from its warehouse."""
     for uri in dict.fromkeys([join_uri(root, MANIFEST_DIR), *(tables or []), *table_dirs(root, options)]):
         _remove_tree(root, uri, options)
     remove_leases(root, options)
-    remove_root_if_empty(root, options)
 
 
 def discard_unborn(root: str, created_version: int, options: Options) -> bool:

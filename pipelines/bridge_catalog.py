@@ -209,6 +209,7 @@ def drop_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     if args.get("purge"):
         tables = [t.uri for t in PartitionedNamespace.load(root, options).partitions()]
         purge_namespace(root, options, tables)
+        remove_empty_dirs(resolve_root(str(args["warehouse"])), [root], options)  # inside the warehouse
         return {"dropped": True, "purged": True}
     uri = join_uri(root, MANIFEST_DIR)
     listed = table_files(uri, options)

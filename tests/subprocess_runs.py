@@ -38,3 +38,20 @@ def run_ok(
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
+
+
+def spark_submit(script: str | Path, *args: str, master: str = "local[2]") -> list[str]:
+    """The docs' ``spark-submit`` line for ``script`` (run it from the repository root): the
+    project's properties file and jar, this interpreter's Spark."""
+    repo = Path(__file__).resolve().parents[1]
+    return [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        master,
+        "--properties-file",
+        "spark-conf/spark-defaults.conf",
+        "--jars",
+        str(repo / "build" / "lance-partitioned-udfs.jar"),
+        str(script),
+        *args,
+    ]

@@ -108,7 +108,9 @@ def test_merges_and_updates_finish_against_a_steady_writer_and_match_a_replay(
 def _check_report(result: Any, elapsed: float) -> None:
     """Committed within the bound; rounds and time reported; past the intent threshold only with one."""
     assert elapsed < BOUND, elapsed
-    assert 1 <= result.rounds and 0 < result.seconds <= elapsed + 1
+    assert result.rounds >= 1, result  # a committed rewrite took at least one round
+    # timed inside the call (rounded to 1 ms), so never longer than the caller's own clock
+    assert 0 < result.seconds <= elapsed + 0.001, (result.seconds, elapsed)
     assert f"{result.seconds:.1f} s" in result.summary()
     if result.rounds > INTENT_AFTER:
         assert result.intent, result

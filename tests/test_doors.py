@@ -8,7 +8,6 @@ physical plan (what the scan reads, whether a task reads rows), and the driver's
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,10 +17,10 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from subprocess_runs import run_ok, spark_submit
 
 from partitioning import PartitionedNamespace
 from partitioning.write import write_table
-from pipelines.session import UDF_JAR
 
 DIM = 768
 REPO = Path(__file__).resolve().parents[1]
@@ -132,26 +131,7 @@ def test_every_scan_logs_its_pruning_line(tmp_path: Path) -> None:
         "print(df.where(\"c = 'b'\").count(), df.where(\"c IN ('a', 'c')\").count())\n"
     )
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "spark-submit"),
-            "--master",
-            "local[1]",
-            "--properties-file",
-            "spark-conf/spark-defaults.conf",
-            "--jars",
-            str(UDF_JAR),
-            str(script),
-            root,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_ok(spark_submit(script, root, master="local[1]"), cwd=REPO, env=env, timeout=300)
     assert proc.stdout.strip().splitlines()[-1] == "2 4"
     lines = [ln for ln in proc.stderr.splitlines() if "INFO lance_partitioned: scanning" in ln]
     assert [ln.split("lance_partitioned: ", 1)[1].split(" (")[0] for ln in lines] == [

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from subprocess_runs import run_ok, spark_submit
+
 REPO = Path(__file__).resolve().parents[1]
-UDF_JAR = REPO / "build" / "lance-partitioned-udfs.jar"
 
 
 def _csv(path: Path, rows: int, bad_row: int | None) -> Path:
@@ -25,17 +26,7 @@ def _submit(args: list[str]) -> subprocess.CompletedProcess[str]:
     """jobs/ingest.py under spark-submit from the repository root, as the docs run it."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "spark-submit"),
-            "--master",
-            "local[2]",
-            "--properties-file",
-            "spark-conf/spark-defaults.conf",
-            "--jars",
-            str(UDF_JAR),
-            str(REPO / "jobs" / "ingest.py"),
-            *args,
-        ],
+        spark_submit(REPO / "jobs" / "ingest.py", *args),
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -111,16 +102,7 @@ def test_a_task_error_in_a_session_the_project_built_logs_no_stacks(tmp_path: Pa
     script = tmp_path / "quiet.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_ok([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env, timeout=300)
     lines = proc.stdout.splitlines()
     assert lines[0] == "refused: column 'id' is not nullable but the input has NULL", proc.stdout
     assert "only showing top 3 rows" in proc.stdout and lines[-1] == "spark: ArithmeticException", proc.stdout
