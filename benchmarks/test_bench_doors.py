@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from benchmarks.conftest import Timing
+from benchmarks.test_bench_merge import SCHEMA, target_rows
 from partitioning.namespace import PartitionedNamespace
 from partitioning.write import write_table
 from pipelines.merge import merge_partitioned
@@ -40,20 +41,10 @@ PARTITIONS = int(os.environ.get("BENCH_DOORS_PARTITIONS", 100))
 VECTOR_ROWS = int(os.environ.get("BENCH_DOORS_VECTOR_ROWS", 300_000))
 DIM = 768
 REPEATS = 3
-SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.float64()), ("s", pa.string())])
 
 
 def _target(start: int, stop: int) -> pa.Table:
-    ids = np.arange(start, stop, dtype=np.int64)
-    return pa.table(
-        {
-            "id": ids,
-            "p": (ids % PARTITIONS).astype(np.int32),
-            "v": (ids % 1000).astype(np.float64),
-            "s": pa.array(np.char.add("s", (ids % 97).astype(str))),
-        },
-        schema=SCHEMA,
-    )
+    return target_rows(start, stop, PARTITIONS)
 
 
 def _source() -> pa.Table:

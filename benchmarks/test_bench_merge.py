@@ -44,12 +44,13 @@ REPEATS = 3
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.float64()), ("s", pa.string())])
 
 
-def _target(start: int, stop: int) -> pa.Table:
+def target_rows(start: int, stop: int, partitions: int = PARTITIONS) -> pa.Table:
+    """Target rows ``start`` .. ``stop`` spread over ``partitions`` values of ``p`` (also the doors bench's)."""
     ids = np.arange(start, stop, dtype=np.int64)
     return pa.table(
         {
             "id": ids,
-            "p": (ids % PARTITIONS).astype(np.int32),
+            "p": (ids % partitions).astype(np.int32),
             "v": (ids % 1000).astype(np.float64),
             "s": pa.array(np.char.add("s", (ids % 97).astype(str))),
         },
@@ -89,7 +90,7 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
     ns = PartitionedNamespace.create(str(base_ns), SCHEMA, ["p"])
     chunk = 2_000_000
     for start in range(0, TARGET_ROWS, chunk):
-        part = _target(start, min(TARGET_ROWS, start + chunk))
+        part = target_rows(start, min(TARGET_ROWS, start + chunk))
         write_table(ns, part)
         write_deltalake(str(base_delta), part, partition_by=["p"], mode="append" if start else "overwrite")
     source_path = str(tmp_path / "source.parquet")
