@@ -70,14 +70,16 @@ def purge_namespace(root: str, options: Options, tables: list[str] | None = None
     remove_leases(root, options)
 
 
-def discard_unborn(root: str, created_version: int, options: Options) -> bool:
+def discard_unborn(root: str, created_version: int, options: Options, own_lease: str | None = None) -> bool:
     """Remove the namespace a failed write created at ``created_version``, if nothing else
     happened there since: no later ``__manifest`` version and no live lease. Returns whether
     it was removed; a failure to remove is logged, never raised over the write's own error."""
     try:
         latest = ManifestStore(root, options).dataset().version
         now = dt.datetime.now(dt.UTC)
-        if latest != created_version or any(lease.live(now) for lease in list_leases(root, options)):
+        # the write's own lease may be stored again by a task Spark is still stopping
+        others = [lease for lease in list_leases(root, options) if lease.uri != own_lease]
+        if latest != created_version or any(lease.live(now) for lease in others):
             return False
         purge_namespace(root, options)
         return True

@@ -319,7 +319,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
 
     def _discard_unborn(self) -> None:
         if self.created is not None:
-            discard_unborn(self.root, self.created, self.storage_options)
+            discard_unborn(self.root, self.created, self.storage_options, self.lease.uri if self.lease else None)
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with _reported(f"commit the write to {self.root}"):
