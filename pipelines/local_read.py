@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import lance
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -30,6 +29,7 @@ from partitioning.scan import ScanTask
 from partitioning.vectors import spark_facing_schema
 from pipelines.reader import TableSlice, read_slice
 from pipelines.session import active_session_kept
+from pipelines.small import within
 
 __all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe"]
 
@@ -58,7 +58,7 @@ def local_dataframe(
         datasets = [
             open_partition_table(t.uri, t.read_version, t.read_branch, t.read_tag, ns.storage_options) for t in tasks
         ]
-        if not _small(datasets):
+        if not within(datasets, LOCAL_MAX_ROWS, LOCAL_MAX_BYTES):
             return None
         batches = [
             batch
@@ -78,20 +78,3 @@ def local_dataframe(
     table = pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
     with active_session_kept(spark):
         return spark.createDataFrame(table, schema=schema)
-
-
-def _small(datasets: Sequence[lance.LanceDataset]) -> bool:
-    """Whether the tables hold at most :data:`LOCAL_MAX_ROWS` rows and :data:`LOCAL_MAX_BYTES`
-    bytes of data files, as their fragment metadata records (before deletions and filters)."""
-    rows = size = 0
-    for dataset in datasets:
-        for fragment in dataset.get_fragments():
-            meta = fragment.metadata
-            sizes = [f.file_size_bytes for f in meta.files]
-            if meta.physical_rows is None or None in sizes:
-                return False  # written by a client that does not record them: not known to be small
-            rows += meta.physical_rows
-            size += sum(sizes)
-        if rows > LOCAL_MAX_ROWS or size > LOCAL_MAX_BYTES:
-            return False
-    return True

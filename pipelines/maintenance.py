@@ -43,6 +43,7 @@ from partitioning.storage import storage_option_pairs
 from pipelines.read_options import dialect_options, session_dialect
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE
 from pipelines.session import describe_jobs, driver_root
+from pipelines.small import small_target
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
 
@@ -164,17 +165,20 @@ def delete_rows(
         clash = {ROW_TABLE, ROW_ADDRESS} & set(ns.schema.names)
         if clash:
             raise InvalidInput(f"delete_rows cannot run on a namespace with a column named {sorted(clash)[0]!r}")
-        from pipelines.datasource import register_data_source
-
-        register_data_source(session)
-        reader = session.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
-        reader = reader.option("prune_filter", filter_sql).option("with_row_address", "true")
-        reader = reader.options(**storage_option_pairs(ns.storage_options))
-        for key, value in dialect_options(dialect).items():
-            reader = reader.option(key, value)
         wanted = {t.object_id for t in tasks}
+        rows = small_target(session, ns, {t.object_id: t.read_version or 0 for t in tasks})
+        if rows is None:
+            from pipelines.datasource import register_data_source
+
+            register_data_source(session)
+            reader = session.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
+            reader = reader.option("prune_filter", filter_sql).option("with_row_address", "true")
+            reader = reader.options(**storage_option_pairs(ns.storage_options))
+            for key, value in dialect_options(dialect).items():
+                reader = reader.option(key, value)
+            rows = reader.load(ns.root)
         try:
-            hits = reader.load(ns.root).where(filter_sql).select(ROW_TABLE, ROW_ADDRESS).collect()
+            hits = rows.where(filter_sql).select(ROW_TABLE, ROW_ADDRESS).collect()
         except PySparkException as exc:
             raise InvalidInput(f"delete_rows filter {filter_sql!r}: {first_line(exc)}") from exc
         out: dict[str, list[int]] = {}

@@ -39,6 +39,7 @@ from pipelines.read_options import session_dialect
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE
 from pipelines.rewrite import DEFAULT_ATTEMPTS, Round, addresses, commit_changes, rerun_on_conflict, target_rows
 from pipelines.session import driver_root
+from pipelines.small import small_copy, small_target
 from pipelines.transforms import with_partition_columns
 
 __all__ = ["merge_partitioned"]
@@ -196,17 +197,26 @@ def merge_partitioned(
         **({"target_filter": target_filter} if target_filter else {}),
     }
 
+    held = small_copy(source)  # a small source: its rows held in memory (pipelines.small)
+    data = held if held is not None else source
+
     def attempt(run: Round) -> RewriteResult:
         ns = run.ns
         schema = ns.namespace_schema
         _check(source, schema, keys, when_matched, when_not_matched, set, matched_condition)
-        narrow = {} if when_not_matched_by_source == "delete" else _key_narrowing(source, ns, keys)
+        narrow = {} if when_not_matched_by_source == "delete" else _key_narrowing(data, ns, keys)
         read_set = ReadSet(target_filter, session_dialect(session), narrow)
         read = read_set.plan(ns)
         names = schema.arrow.names
         whole = set is not None or matched_condition is not None or target_filter is not None
-        target = target_rows(session, ns, read, filter=target_filter, columns=None if whole else keys, cache=run.cache)
-        joined = _join(target, source, keys, when_not_matched == "insert", when_not_matched_by_source == "delete")
+        columns = None if whole else keys
+        small = small_target(session, ns, read, filter=target_filter, columns=columns) if held is not None else None
+        target = (
+            small
+            if small is not None
+            else target_rows(session, ns, read, filter=target_filter, columns=columns, cache=run.cache)
+        )
+        joined = _join(target, data, keys, when_not_matched == "insert", when_not_matched_by_source == "delete")
         plan = _plan(joined, names, keys, modes, set, matched_condition).persist()
         try:
             gone = addresses(
@@ -233,6 +243,7 @@ def merge_partitioned(
                 operation=Operation("MERGE", parameters),
                 started=started,
                 run=run,
+                local=small is not None,
             )
         finally:
             plan.unpersist()

@@ -87,7 +87,6 @@ def read_partitioned_with_plan(
 ) -> tuple[DataFrame, ScanPlan]:
     """:func:`read_partitioned`, also returning the scan plan it made (the tables it reads)."""
     root = driver_root(spark, root)
-    register_data_source(spark)
     if as_of is not None:
         if manifest_version is not None:
             raise InvalidInput("give manifest_version or as_of, not both")
@@ -119,6 +118,8 @@ def read_partitioned_with_plan(
         wanted = list(dict.fromkeys([*columns, *extra]))
         reader = reader.option("columns", ",".join(wanted))
     local = local_dataframe(spark, ns, plan.tasks, read_schema(ns.namespace_schema, wanted), bound)
+    if local is None:
+        register_data_source(spark)  # a Python data source's registration costs seconds the first time
     df = local if local is not None else reader.load(ns.root)
     if filter is not None and filter.strip():
         try:

@@ -37,6 +37,7 @@ from partitioning.storage import storage_option_pairs
 from pipelines.read_options import dialect_options, session_dialect
 from pipelines.reader import ROW_ADDRESS, ROW_TABLE
 from pipelines.session import describe_jobs, driver_root
+from pipelines.small import small_target
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import session_or_active
 from pipelines.write import write_fragments
@@ -71,14 +72,29 @@ def target_rows(
     cache: TargetCache | None = None,
 ) -> DataFrame:
     """The rows of the tables in ``read`` at ``ns``'s manifest version, with ``_lance_table``
-    and ``_lance_rowaddr``; ``filter`` (Spark SQL) prunes and is applied by Spark. With
-    ``cache`` (a round's), tables whose version an earlier round read come from there."""
-    if cache is not None:
-        key = (filter, tuple(columns) if columns is not None else None, ns.namespace_schema.to_json())
-        return cache.rows(key, read, lambda tables: target_rows(session, ns, tables, filter=filter, columns=columns))
+    and ``_lance_rowaddr``; ``filter`` (Spark SQL) prunes and is applied by Spark. Small
+    tables are read by the driver (:func:`pipelines.small.small_target`). With ``cache``
+    (a round's), tables whose version an earlier round read come from there."""
     clash = {ROW_TABLE, ROW_ADDRESS} & set(ns.schema.names)
     if clash:
         raise InvalidInput(f"rows cannot be changed in a namespace with a column named {sorted(clash)[0]!r}")
+    small = small_target(session, ns, read, filter=filter, columns=columns)
+    if small is not None:
+        return small
+    if cache is not None:
+        key = (filter, tuple(columns) if columns is not None else None, ns.namespace_schema.to_json())
+        return cache.rows(key, read, lambda tables: _spark_rows(session, ns, tables, filter, columns))
+    return _spark_rows(session, ns, read, filter, columns)
+
+
+def _spark_rows(
+    session: SparkSession,
+    ns: PartitionedNamespace,
+    read: Mapping[str, int],
+    filter: str | None,
+    columns: Sequence[str] | None,
+) -> DataFrame:
+    """:func:`target_rows` read by Spark's tasks through the ``lance_partitioned`` source."""
     from pipelines.datasource import register_data_source
 
     register_data_source(session)
@@ -259,16 +275,18 @@ def commit_changes(
     operation: Operation,
     started: float | None = None,
     run: Round,
+    local: bool | None = None,
 ) -> RewriteResult:
     """Write ``incoming`` as fragments and commit them with the deletion of ``gone``'s rows,
     on the protected path of ``run`` (the operation's current round); history records
-    ``operation`` with the commit's metrics (and its duration since ``started``)."""
+    ``operation`` with the commit's metrics (and its duration since ``started``).
+    ``local``: whether the driver writes ``incoming`` (None: Spark's size estimate decides)."""
     deletions = addresses_by_table(gone.column(ROW_TABLE).to_pylist(), gone.column(ROW_ADDRESS).to_pylist())
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if incoming is None:
         messages, spec_id, schema = _no_messages(ns)
     else:
-        messages, writer = write_fragments(incoming, ns, **dict(sizes or {}))
+        messages, writer = write_fragments(incoming, ns, local=local, **dict(sizes or {}))
         spec_id, schema = writer.planner.spec_id, writer.schema
     with describe_jobs(source.sparkSession, f"lance_partitioned: commit {mode} ({label})"):
         return commit_rewrite(
@@ -384,7 +402,8 @@ def update_rows(
             )
         read_set = ReadSet(where, session_dialect(session))
         read = read_set.plan(ns)
-        rows = target_rows(session, ns, read, filter=where, cache=run.cache)
+        small = small_target(session, ns, read, filter=where)
+        rows = small if small is not None else target_rows(session, ns, read, filter=where, cache=run.cache)
         try:
             updated = rows.select(
                 ROW_TABLE,
@@ -408,6 +427,7 @@ def update_rows(
                 operation=Operation("UPDATE", parameters),
                 started=started,
                 run=run,
+                local=small is not None,
             )
         finally:
             updated.unpersist()

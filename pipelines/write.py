@@ -42,6 +42,7 @@ from partitioning.write import (
 )
 from pipelines.schema import is_ml_vector, namespace_schema_from_spark, spark_schema, spark_to_arrow_schema
 from pipelines.session import describe_jobs, driver_root, is_connect
+from pipelines.small import small_rows
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.transforms import select_partition_columns
 
@@ -329,9 +330,13 @@ def write_fragments(
     cluster: bool = True,
     max_open_writers: int = 32,
     plan_layout: bool = False,
+    local: bool | None = None,
 ) -> tuple[pa.Table, FragmentWriter]:
     """Executors write ``df``'s rows as uncommitted fragments of ``ns``'s current spec; the
     commit messages (collected on the driver) and the writer. The caller holds a write lease.
+
+    ``local``: the driver collects the rows and writes them itself, one fragment per
+    partition (:mod:`pipelines.small`); None decides by Spark's size estimate of ``df``.
 
     ``cluster`` shuffles the rows by partition (one task per partition value, one
     fragment per partition per task). With ``plan_layout`` it does so only when
@@ -353,6 +358,11 @@ def write_fragments(
         )
 
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
+    if local is not False:
+        with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: collect rows ({label})"):
+            rows = conformed.toArrow() if local else small_rows(conformed)
+        if rows is not None:
+            return _write_here(rows, ns, max_rows_per_file, max_bytes_per_file)
     if cluster and names and plan_layout:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: plan the write ({label})"):
             cluster = not _few_partitions(conformed, keyed(()), max_open_writers, current.max_values(nschema))
@@ -383,6 +393,21 @@ def write_fragments(
     with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
         messages = data.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
     return messages, writer
+
+
+def _write_here(
+    table: pa.Table, ns: PartitionedNamespace, max_rows_per_file: int, max_bytes_per_file: int | None
+) -> tuple[pa.Table, FragmentWriter]:
+    """The driver writes ``table`` (conformed rows, collected) with the tasks' writer."""
+    writer = FragmentWriter.for_namespace(
+        ns,
+        max_rows_per_file=max_rows_per_file,
+        max_bytes_per_file=max_bytes_per_file,
+        max_open_writers=_MANY_WRITERS,
+        max_buffered_rows=max_rows_per_file,
+        derive_keys=True,
+    )
+    return pa.Table.from_batches(list(writer(table.to_batches())), schema=writer.output_schema), writer
 
 
 # The first rows the layout decision looks at, and at most how many partition values they

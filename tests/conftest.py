@@ -97,6 +97,17 @@ def spark():
     session.stop()
 
 
+@pytest.fixture
+def spark_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are read and written by Spark's tasks, never by the driver's small path
+    (:mod:`pipelines.small`), whatever the size of the test's data."""
+    import pipelines.small as small
+
+    monkeypatch.setattr(small, "SMALL_MAX_TABLES", -1)
+    monkeypatch.setattr(small, "SMALL_WRITE_BYTES", -1)
+    monkeypatch.setattr(small, "SMALL_MAX_ROWS", -1)
+
+
 # -- a real S3 API: moto's standalone server ---------------------------------------------------
 S3_BUCKET = "lance-partitioned-tests"
 

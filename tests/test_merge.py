@@ -96,7 +96,9 @@ def _settings(examples: int) -> settings:
 
 @_settings(4)
 @given(case=cases())
-def test_random_merges_match_the_python_oracle(spark: SparkSession, tmp_path_factory: Any, case: Any) -> None:
+def test_random_merges_match_the_python_oracle(
+    spark: SparkSession, tmp_path_factory: Any, case: Any, path: str
+) -> None:
     _run(spark, str(tmp_path_factory.mktemp("m") / "ns"), *case)
 
 
@@ -150,9 +152,17 @@ def _delta_merge(tmp_path: Any, case: oracle.Case) -> list[dict[str, Any]]:
     return DeltaTable(uri).to_pyarrow_table().to_pylist()
 
 
+@pytest.fixture(params=["driver", "tasks"])
+def path(request: pytest.FixtureRequest) -> str:
+    """Which way the merge reads and writes rows: the driver's small path or Spark's tasks."""
+    if request.param == "tasks":
+        request.getfixturevalue("spark_tasks")
+    return str(request.param)
+
+
 @pytest.mark.parametrize(("when_matched", "when_not_matched", "by_source"), COMBINATIONS)
 def test_every_mode_combination_matches_delta_rs(
-    spark: SparkSession, tmp_path: Any, when_matched: str, when_not_matched: str, by_source: str
+    spark: SparkSession, tmp_path: Any, when_matched: str, when_not_matched: str, by_source: str, path: str
 ) -> None:
     conditional = when_matched == "update" and when_not_matched == "insert"
     case = oracle.Case(when_matched, when_not_matched, by_source, condition=CONDITIONS[1] if conditional else None)

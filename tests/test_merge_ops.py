@@ -205,7 +205,7 @@ def test_merge_racing_an_append_to_its_partitions_reruns_and_loses_nothing(
 
 
 def test_a_rerun_reads_again_only_the_partitions_that_changed(
-    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, spark_tasks: None
 ) -> None:
     """An append to p = 2 during the first round: the second round reads the p = 2 table
     again and takes the other tables' rows from the first round; the result is exact and
@@ -215,14 +215,13 @@ def test_a_rerun_reads_again_only_the_partitions_that_changed(
     late = [{"id": 20, "p": 2, "v": 1}]
     _inject_once(monkeypatch, lambda: write_table(ns, pa.Table.from_pylist(late, schema=SCHEMA)))
     reads: list[list[str]] = []
-    real = rewrite.target_rows
+    real = rewrite._spark_rows
 
-    def spied(session: Any, namespace: Any, read: Any, **kwargs: Any) -> Any:
-        if kwargs.get("cache") is None:
-            reads.append(sorted(read))
-        return real(session, namespace, read, **kwargs)
+    def spied(session: Any, namespace: Any, read: Any, *args: Any) -> Any:
+        reads.append(sorted(read))
+        return real(session, namespace, read, *args)
 
-    monkeypatch.setattr(rewrite, "target_rows", spied)
+    monkeypatch.setattr(rewrite, "_spark_rows", spied)
     source = [(20, 2, 99), (1, 1, 11)]
     result = merge_partitioned(_source(spark, source), root, on="id")
     by_value = {next(iter(t.values.values())): t.object_id for t in PartitionedNamespace.load(root).partitions()}

@@ -31,6 +31,9 @@ from partitioning.schema import field_id_of
 from partitioning.write import FragmentWriter, commit_write, part_column, write_table
 from pipelines.write import write_partitioned
 
+# The layout of Spark's write tasks: small inputs here must not take the driver's path.
+pytestmark = pytest.mark.usefixtures("spark_tasks")
+
 SAMPLE = 1_000
 
 

@@ -1,0 +1,192 @@
+"""Small changes in the driver: merges, updates, deletes and writes of little data start no Python worker.
+
+Through Spark's tasks a change of a few rows costs a Python worker to plan the target's
+scan, another to read it and one more to write the new fragments: seconds the first
+time in a session (a 2-row merge into 3 rows took 11 s after a first write and read)
+and over a second each time after. When the data is small the driver does that work
+itself, with the same code the tasks run:
+
+- **target rows** (:func:`small_target`): the partition tables an operation reads are read
+  here (:func:`pipelines.reader.read_slice`, with row addresses) when their fragment
+  metadata records at most :data:`SMALL_MAX_ROWS` rows and :data:`SMALL_MAX_BYTES` bytes
+  in at most :data:`SMALL_MAX_TABLES` tables, and handed to Spark as a local relation;
+  Spark still evaluates every filter, join and expression, so the answers are Spark's;
+- **new rows** (:func:`small_rows`): a DataFrame of rows the driver holds or makes
+  (``createDataFrame`` of Python rows or Arrow, ``range``, and what Spark derives from
+  them without files), at most :data:`SMALL_MAX_ROWS` rows, is collected as Arrow and
+  written here by the same :class:`partitioning.write.FragmentWriter` the tasks use;
+- **a small source** of a merge (:func:`small_copy`) is held by Spark in memory, so the
+  merge's few jobs do not each unpickle Python rows.
+
+Spark Connect gives a client no plan statistics, so there the tasks do the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import lance
+import pyarrow as pa
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from partitioning.errors import InvalidInput, PartitioningError, first_line
+from partitioning.filters import TrueFilter
+from partitioning.namespace import PartitionedNamespace, open_partition_table
+from partitioning.vectors import spark_facing_schema
+from pipelines.reader import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
+from pipelines.schema import spark_schema
+from pipelines.session import active_session_kept, is_connect
+
+__all__ = [
+    "SMALL_MAX_BYTES",
+    "SMALL_MAX_ROWS",
+    "SMALL_MAX_TABLES",
+    "SMALL_WRITE_BYTES",
+    "small_copy",
+    "small_rows",
+    "small_target",
+    "within",
+]
+
+log = logging.getLogger("lance_partitioned")
+
+SMALL_MAX_ROWS = 262_144
+SMALL_MAX_BYTES = 64 << 20
+SMALL_MAX_TABLES = 64
+SMALL_WRITE_BYTES = 32 << 20
+_OPENERS = 8
+
+
+_UNKNOWN_SIZE = (1 << 63) - 1  # Spark's estimate for what it cannot size (a Python list, an RDD)
+# The RDDs between a Python list handed to ``createDataFrame`` and its plan: no file, no shuffle.
+_FROM_DRIVER_RDDS = frozenset({"ParallelCollectionRDD", "PythonRDD", "MapPartitionsRDD"})
+_RDD_NAME = re.compile(r"(\w+RDD)\[\d+\]")
+
+
+def _from_driver(df: DataFrame) -> str | None:
+    """``"local"`` when every leaf of ``df``'s plan is a local relation (rows the driver
+    holds), ``"made"`` when every leaf is one or a range or an RDD of Python lists given to
+    ``createDataFrame`` (rows the driver makes), with Spark sizing them at most
+    :data:`SMALL_WRITE_BYTES` where it can size them at all; else None. Never on Connect,
+    which shows a client no plan. Rows read from files are not: their size on disk says
+    little about their size in memory."""
+    if is_connect(df.sparkSession):
+        return None
+    plan = df._jdf.queryExecution().optimizedPlan()  # classic-only (guarded by is_connect)
+    size = int(str(plan.stats().sizeInBytes()))
+    if size > SMALL_WRITE_BYTES and size != _UNKNOWN_SIZE:
+        return None
+    kinds = set()
+    leaves = plan.collectLeaves()
+    for i in range(leaves.size()):
+        leaf = leaves.apply(i)
+        kind = leaf.getClass().getSimpleName()
+        kinds.add(kind)
+        if kind in ("LocalRelation", "Range"):
+            continue
+        if kind != "LogicalRDD":
+            return None
+        names = set(_RDD_NAME.findall(str(leaf.rdd().toDebugString())))
+        if "ParallelCollectionRDD" not in names or not names <= _FROM_DRIVER_RDDS:
+            return None
+    return "local" if kinds <= {"LocalRelation"} else "made"
+
+
+def small_rows(df: DataFrame) -> pa.Table | None:
+    """``df``'s rows as Arrow when they come from the driver (:func:`_from_driver`) and are at
+    most :data:`SMALL_MAX_ROWS` rows and :data:`SMALL_MAX_BYTES` bytes (collected with a
+    bound), else None."""
+    if _from_driver(df) is None:
+        return None
+    table = df.limit(SMALL_MAX_ROWS + 1).toArrow()
+    return table if table.num_rows <= SMALL_MAX_ROWS and table.nbytes <= SMALL_MAX_BYTES else None
+
+
+def small_copy(df: DataFrame) -> DataFrame | None:
+    """``df`` when it is a local relation; a copy of its rows that Spark holds in memory
+    (``localCheckpoint``: later jobs do not make or unpickle them again) when the driver
+    makes them and they are at most :data:`SMALL_MAX_ROWS`; else None."""
+    origin = _from_driver(df)
+    if origin == "local":
+        return df  # held in the driver already, and within SMALL_WRITE_BYTES
+    if origin is None:
+        return None
+    copy = df.limit(SMALL_MAX_ROWS + 1).localCheckpoint()
+    return copy if copy.count() <= SMALL_MAX_ROWS else None
+
+
+def small_target(
+    session: SparkSession,
+    ns: PartitionedNamespace,
+    read: Mapping[str, int],
+    *,
+    filter: str | None = None,
+    columns: Sequence[str] | None = None,
+) -> DataFrame | None:
+    """The rows of the tables in ``read`` (object id -> version) at ``ns``'s manifest version,
+    with ``_lance_table`` and ``_lance_rowaddr``, read here as a local relation; ``filter``
+    (Spark SQL) is applied by Spark. None when the tables are not small (or one cannot be
+    read here: Spark's tasks then read it, and report what is wrong, as for any read)."""
+    if is_connect(session) or len(read) > SMALL_MAX_TABLES:
+        return None
+    tables = ns.tables_by_id(read)
+    if len(tables) != len(read) or any(t.read_version is None for t in tables.values()):
+        return None
+    slices = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
+    output = list(columns) if columns is not None else list(ns.schema.names)
+    try:
+        with ThreadPoolExecutor(max_workers=_OPENERS) as pool:
+            datasets = list(
+                pool.map(
+                    lambda s: open_partition_table(
+                        s.uri, s.read_version, s.read_branch, s.read_tag, ns.storage_options
+                    ),
+                    slices,
+                )
+            )
+        if not within(datasets, SMALL_MAX_ROWS, SMALL_MAX_BYTES):
+            return None
+        batches = [
+            batch
+            for piece, dataset in zip(slices, datasets, strict=True)
+            for batch in read_slice(piece, ns.namespace_schema, output, TrueFilter(), row_address=True, dataset=dataset)
+        ]
+    except PartitioningError as exc:
+        log.debug("reading %d tables of %s in the driver failed (%s)", len(slices), ns.root, first_line(exc))
+        return None
+    arrow = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(c) for c in output]))
+    arrow = arrow.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
+    arrow = arrow.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
+    table = pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=arrow)], schema=arrow)
+    schema = T.StructType([spark_schema(ns.namespace_schema)[c] for c in output])
+    schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+    with active_session_kept(session):
+        df = session.createDataFrame(table, schema=schema)
+    if filter:
+        try:
+            df = df.where(filter)
+        except PySparkException as exc:
+            raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
+    return df
+
+
+def within(datasets: Sequence[lance.LanceDataset], max_rows: int, max_bytes: int) -> bool:
+    """Whether the tables hold at most ``max_rows`` rows and ``max_bytes`` bytes of data
+    files, as their fragment metadata records (before deletions and filters)."""
+    rows = size = 0
+    for dataset in datasets:
+        for fragment in dataset.get_fragments():
+            meta = fragment.metadata
+            sizes = [f.file_size_bytes for f in meta.files]
+            if meta.physical_rows is None or None in sizes:
+                return False  # written by a client that does not record them: not known to be small
+            rows += meta.physical_rows
+            size += sum(sizes)
+        if rows > max_rows or size > max_bytes:
+            return False
+    return True
