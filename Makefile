@@ -34,7 +34,7 @@ java:
 $(JAR): $(STAMP) $(wildcard java/lance_partitioned/*.java) $(wildcard java/resources/META-INF/services/*)
 	@command -v javac >/dev/null 2>&1 || $(MAKE) --no-print-directory java
 	rm -rf build/classes && mkdir -p build/classes
-	javac --release 17 -Xlint:all,-path -Werror -d build/classes \
+	javac --release 17 -Xlint:all,-path,-classfile -Werror -d build/classes \
 		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
 		java/lance_partitioned/*.java
 	jar --create --file $@ -C build/classes . -C java/resources .

@@ -24,16 +24,18 @@ to when the Spark it runs on is not the one it was compiled for.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceWriter
 from pyspark.sql.types import NullType, StructField, StructType
 
 from partitioning.binding import bind
-from partitioning.errors import InvalidInput
+from partitioning.errors import InvalidInput, first_line
 from partitioning.filters import Dialect, Filter, TrueFilter, conjunction, is_exactly_understood
 from partitioning.identity_match import matching_tables
 from partitioning.namespace import PartitionedNamespace, open_partition_table
@@ -41,6 +43,7 @@ from partitioning.predicates import predicates_from_json
 from partitioning.scan import ScanPlan
 from partitioning.storage import storage_options_from
 from pipelines.datasource import LancePartitionedDataSource, _lower, _one_line
+from pipelines.local_read import local_table
 from pipelines.reader import LancePartitionedReader
 
 __all__ = ["BRIDGE_NAME", "BridgeSource", "answer", "exact_count"]
@@ -50,6 +53,8 @@ RESULT_FIELD = "lp"
 log = logging.getLogger("lance_partitioned")
 _DIALECT = Dialect("spark", "UTC", case_sensitive=True)
 PARALLEL_COUNTS = 16
+# rows a scan's plan may carry to the JVM (in one task, under Spark's 1,000 KiB task-size warning)
+INLINE_MAX_BYTES = 768 << 10
 
 
 def answer(result: Any) -> StructType:
@@ -126,6 +131,11 @@ class BridgeSource(LancePartitionedDataSource):
             out["count"] = exact_count(ns, plan, self._exact)
         if (self._lp("read_set") or "").lower() == "true":
             out["read"] = {t.object_id: t.read_version for t in plan.tasks}
+        inline = self._lp("inline")
+        if inline:
+            rows = inline_rows(ns, plan, StructType.fromJson(json.loads(inline)), self._exact, self._prune)
+            if rows is not None:
+                out["rows"] = rows
         return out
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -146,6 +156,29 @@ class BridgeSource(LancePartitionedDataSource):
             from pipelines.bridge_write import bridge_writer
 
             return bridge_writer(mode, dict(self.options), schema, overwrite)
+
+
+def inline_rows(
+    ns: PartitionedNamespace, plan: ScanPlan, schema: StructType, exact: Filter, prune: Filter
+) -> str | None:
+    """A small plan's rows (``schema``'s columns, ``exact`` applied) as a base64 Arrow IPC
+    stream, which the JVM layer turns into rows in one JVM task: no Python worker reads
+    them. None beyond :mod:`pipelines.local_read`'s bounds or
+    :data:`INLINE_MAX_BYTES`, or when a type has no plain Spark form (the tasks then read)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    table = local_table(ns, plan.tasks, list(schema.names), conjunction([exact, prune]), exact=exact)
+    if table is None or table.nbytes > INLINE_MAX_BYTES:
+        return None
+    try:
+        table = table.cast(to_arrow_schema(schema, timezone="UTC"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError) as exc:
+        log.debug("rows of %s not inlined: %s", ns.root, first_line(exc))
+        return None
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
 
 
 def exact_count(ns: PartitionedNamespace, plan: ScanPlan, exact: Filter) -> int:

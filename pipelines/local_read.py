@@ -31,7 +31,7 @@ from pipelines.reader import TableSlice, read_slice
 from pipelines.session import active_session_kept
 from pipelines.small import within
 
-__all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe"]
+__all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe", "local_table"]
 
 log = logging.getLogger("lance_partitioned")
 
@@ -51,9 +51,26 @@ def local_dataframe(
     DataFrame; None when they are more than the ``LOCAL_MAX_*`` bounds allow, or when a
     table cannot be read here (the source then reads it, and reports what is wrong, as
     for any read)."""
+    table = local_table(ns, tasks, list(schema.names), scan_filter)
+    if table is None:
+        return None
+    with active_session_kept(spark):
+        return spark.createDataFrame(table, schema=schema)
+
+
+def local_table(
+    ns: PartitionedNamespace,
+    tasks: Sequence[ScanTask],
+    output: Sequence[str],
+    scan_filter: Filter,
+    *,
+    exact: Filter | None = None,
+) -> pa.Table | None:
+    """The rows of ``tasks`` (``output``'s columns, typed as Spark reads them), pruned by
+    ``scan_filter`` and filtered by ``exact`` (bound, fully understood) when given, read
+    here; None beyond the ``LOCAL_MAX_*`` bounds or when a table cannot be read here."""
     if len(tasks) > LOCAL_MAX_TABLES or any(t.read_version is None for t in tasks):
         return None
-    output = list(schema.names)
     try:
         datasets = [
             open_partition_table(t.uri, t.read_version, t.read_branch, t.read_tag, ns.storage_options) for t in tasks
@@ -63,7 +80,9 @@ def local_dataframe(
         batches = [
             batch
             for task, dataset in zip(tasks, datasets, strict=True)
-            for batch in read_slice(TableSlice.of(task), ns.namespace_schema, output, scan_filter, dataset=dataset)
+            for batch in read_slice(
+                TableSlice.of(task), ns.namespace_schema, output, scan_filter, exact=exact, dataset=dataset
+            )
         ]
     except PartitioningError as exc:
         log.debug(
@@ -75,6 +94,4 @@ def local_dataframe(
         return None
     shaped = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(c) for c in output]))
     # one (empty) batch at least: Spark's Arrow conversion cannot build a column from none
-    table = pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
-    with active_session_kept(spark):
-        return spark.createDataFrame(table, schema=schema)
+    return pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)

@@ -33,12 +33,59 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * store). A namespace is a directory, a table the partitioned namespace at
  * {@code <warehouse>/<namespace>/<table>}; every call is made by the Python side
  * (pipelines/bridge_catalog.py), and each load reads the latest {@code __manifest} version
- * (or {@code VERSION AS OF} / {@code TIMESTAMP AS OF}), so the schema is never stale.
+ * (or {@code VERSION AS OF} / {@code TIMESTAMP AS OF}), so the schema is never stale: a
+ * description is reused only while a local root's latest version file is the one it read.
  */
 public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
   private String name;
   private String warehouse;
   private Map<String, String> storage = Collections.emptyMap();
+  /** The last description of each table loaded at its latest version (a few hundred at most). */
+  private final Map<String, Seen> described =
+      Collections.synchronizedMap(
+          new LinkedHashMap<String, Seen>(16, 0.75f, true) {
+            private static final long serialVersionUID = 1L;
+
+            @Override
+            protected boolean removeEldestEntry(Map.Entry<String, Seen> eldest) {
+              return size() > 256;
+            }
+          });
+
+  /** A description and the {@link ManifestVersions#latest} it describes. */
+  private static final class Seen {
+    final JsonNode answer;
+    final String latest;
+
+    Seen(JsonNode answer, String latest) {
+      this.answer = answer;
+      this.latest = latest;
+    }
+  }
+
+  /**
+   * The description of a table loaded before, when its {@code __manifest}'s latest version
+   * file is still the one described: a local root's {@code __manifest/_versions} listing
+   * says so without the Python round trip. Null when unknown (another store, a newer version).
+   */
+  private JsonNode current(String key) {
+    Seen seen = described.get(key);
+    if (seen == null) {
+      return null;
+    }
+    String latest = ManifestVersions.latest(seen.answer.path("root").asText(""));
+    return seen.latest.equals(latest) ? seen.answer : null;
+  }
+
+  /** Keep a description when the latest version file, listed after it, is the one it read. */
+  private void remember(String key, JsonNode answer) {
+    String latest = ManifestVersions.latest(answer.path("root").asText(""));
+    if (latest != null && ManifestVersions.version(latest) == answer.path("version").asLong(-1)) {
+      described.put(key, new Seen(answer, latest));
+    } else {
+      described.remove(key);
+    }
+  }
 
   @Override
   public void initialize(String catalogName, CaseInsensitiveStringMap options) {
@@ -97,12 +144,19 @@ public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
   }
 
   private Table load(Identifier ident, Map<String, Object> extra) throws NoSuchTableException {
-    Map<String, Object> args = at(ident);
-    args.putAll(extra);
-    args.put("missing_ok", true);
-    JsonNode d = call("describe", args);
-    if (d.has("error")) {
-      throw new NoSuchTableException(ident);
+    String key = extra.isEmpty() ? ident.toString() : null;
+    JsonNode d = key != null ? current(key) : null;
+    if (d == null) {
+      Map<String, Object> args = at(ident);
+      args.putAll(extra);
+      args.put("missing_ok", true);
+      d = call("describe", args);
+      if (d.has("error")) {
+        throw new NoSuchTableException(ident);
+      }
+      if (key != null) {
+        remember(key, d);
+      }
     }
     Described described = Described.of(d);
     Map<String, String> options = new HashMap<>(storage);
@@ -131,6 +185,7 @@ public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
 
   private Table create(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
       throws TableAlreadyExistsException {
+    described.remove(ident.toString());
     Map<String, Object> args = at(ident);
     args.put("schema", schema.json());
     args.put("partitioning", transforms(partitions));
@@ -177,6 +232,7 @@ public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
     }
     Map<String, Object> args = at(ident);
     args.put("changes", list);
+    described.remove(ident.toString());
     call("alter_table", args);
     return loadTable(ident);
   }
@@ -223,6 +279,7 @@ public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
   }
 
   private boolean drop(Identifier ident, boolean purge) {
+    described.remove(ident.toString());
     Map<String, Object> args = at(ident);
     args.put("purge", purge);
     return call("drop_table", args).path("dropped").asBoolean(false);

@@ -31,6 +31,10 @@ final class LanceScan implements Scan {
 
   @Override
   public String description() {
+    return describe(root, pushed, pruning, inner.readSchema(), summary);
+  }
+
+  static String describe(String root, String pushed, String pruning, StructType read, String summary) {
     return "LancePartitionedScan "
         + root
         + " [PushedPredicates: "
@@ -38,7 +42,7 @@ final class LanceScan implements Scan {
         + ", PruningPredicates: "
         + pruning
         + ", ReadSchema: "
-        + inner.readSchema().simpleString()
+        + read.simpleString()
         + "] "
         + summary;
   }

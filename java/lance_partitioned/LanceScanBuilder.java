@@ -106,6 +106,9 @@ final class LanceScanBuilder
       opts.put("lp.read_set", "true");
     }
     StructType read = readSchema(d, opts);
+    if (operation == null && !countStar) {
+      opts.put("lp.inline", read.json()); // a small plan answers with its rows
+    }
     PythonDataSourceV2 ds = Bridge.source();
     JsonNode plan = Bridge.parse(ds.inferSchema(new CaseInsensitiveStringMap(opts)));
     String summary = plan.get("summary").asText();
@@ -118,6 +121,10 @@ final class LanceScanBuilder
     if (operation != null) {
       operation.scanned(plan.get("read"), d.version, exact, residual);
     }
+    if (plan.has("rows")) {
+      return new InlineScan(read, plan.get("rows").asText(), LanceScan.describe(table.root, pushed, pruning, read, summary + " (rows read while planning)"));
+    }
+    opts.remove("lp.inline");
     Table python = ds.getTable(read, new Transform[0], opts);
     Scan inner = ((SupportsRead) python).newScanBuilder(new CaseInsensitiveStringMap(opts)).build();
     return new LanceScan(inner, table.root, summary, pushed, pruning);
