@@ -15,7 +15,7 @@ from pipelines.session import UDF_JAR, active_session_kept
 
 _ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=40)
 _UNICODE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
-_SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(params=["java", "padded"])
