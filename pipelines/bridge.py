@@ -44,7 +44,7 @@ from partitioning.scan import ScanPlan
 from partitioning.storage import storage_options_from
 from pipelines.datasource import LancePartitionedDataSource, _lower, _one_line
 from pipelines.local_read import local_table
-from pipelines.reader import LancePartitionedReader
+from pipelines.reader import LancePartitionedReader, TableSlice
 
 __all__ = ["BRIDGE_NAME", "BridgeSource", "answer", "exact_count"]
 
@@ -167,7 +167,9 @@ def inline_rows(
     :data:`INLINE_MAX_BYTES`, or when a type has no plain Spark form (the tasks then read)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    table = local_table(ns, plan.tasks, list(schema.names), conjunction([exact, prune]), exact=exact)
+    table = local_table(
+        ns, [TableSlice.of(t) for t in plan.tasks], list(schema.names), conjunction([exact, prune]), exact=exact
+    )
     if table is None or table.nbytes > INLINE_MAX_BYTES:
         return None
     try:

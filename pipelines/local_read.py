@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
+import lance
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -27,17 +29,17 @@ from partitioning.filters import Filter
 from partitioning.namespace import PartitionedNamespace, open_partition_table
 from partitioning.scan import ScanTask
 from partitioning.vectors import spark_facing_schema
-from pipelines.reader import TableSlice, read_slice
+from pipelines.reader import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
 from pipelines.session import active_session_kept
-from pipelines.small import within
 
-__all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe", "local_table"]
+__all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe", "local_table", "within"]
 
 log = logging.getLogger("lance_partitioned")
 
 LOCAL_MAX_ROWS = 65_536
 LOCAL_MAX_BYTES = 16 << 20
 LOCAL_MAX_TABLES = 16
+OPENERS = 8  # tables opened at once
 
 
 def local_dataframe(
@@ -51,7 +53,7 @@ def local_dataframe(
     DataFrame; None when they are more than the ``LOCAL_MAX_*`` bounds allow, or when a
     table cannot be read here (the source then reads it, and reports what is wrong, as
     for any read)."""
-    table = local_table(ns, tasks, list(schema.names), scan_filter)
+    table = local_table(ns, [TableSlice.of(t) for t in tasks], list(schema.names), scan_filter)
     if table is None:
         return None
     with active_session_kept(spark):
@@ -60,38 +62,68 @@ def local_dataframe(
 
 def local_table(
     ns: PartitionedNamespace,
-    tasks: Sequence[ScanTask],
+    pieces: Sequence[TableSlice],
     output: Sequence[str],
     scan_filter: Filter,
     *,
     exact: Filter | None = None,
+    row_address: bool = False,
+    bounds: tuple[int, int, int] = (LOCAL_MAX_TABLES, LOCAL_MAX_ROWS, LOCAL_MAX_BYTES),
 ) -> pa.Table | None:
-    """The rows of ``tasks`` (``output``'s columns, typed as Spark reads them), pruned by
-    ``scan_filter`` and filtered by ``exact`` (bound, fully understood) when given, read
-    here; None beyond the ``LOCAL_MAX_*`` bounds or when a table cannot be read here."""
-    if len(tasks) > LOCAL_MAX_TABLES or any(t.read_version is None for t in tasks):
+    """The rows of ``pieces`` (``output``'s columns, typed as Spark reads them, with
+    ``_lance_table`` and ``_lance_rowaddr`` when ``row_address``), pruned by ``scan_filter``
+    and filtered by ``exact`` (bound, fully understood) when given, read here; None beyond
+    ``bounds`` (tables, rows, bytes of data files) or when a table cannot be read here."""
+    max_tables, max_rows, max_bytes = bounds
+    if len(pieces) > max_tables or any(p.read_version is None for p in pieces):
         return None
     try:
-        datasets = [
-            open_partition_table(t.uri, t.read_version, t.read_branch, t.read_tag, ns.storage_options) for t in tasks
-        ]
-        if not within(datasets, LOCAL_MAX_ROWS, LOCAL_MAX_BYTES):
+        with ThreadPoolExecutor(max_workers=OPENERS) as pool:
+            datasets = list(
+                pool.map(
+                    lambda p: open_partition_table(
+                        p.uri, p.read_version, p.read_branch, p.read_tag, ns.storage_options
+                    ),
+                    pieces,
+                )
+            )
+        if not within(datasets, max_rows, max_bytes):
             return None
         batches = [
             batch
-            for task, dataset in zip(tasks, datasets, strict=True)
+            for piece, dataset in zip(pieces, datasets, strict=True)
             for batch in read_slice(
-                TableSlice.of(task), ns.namespace_schema, output, scan_filter, exact=exact, dataset=dataset
+                piece, ns.namespace_schema, output, scan_filter, exact=exact, row_address=row_address, dataset=dataset
             )
         ]
     except PartitioningError as exc:
         log.debug(
             "reading %d tables of %s in the driver failed (%s); Spark's tasks read them",
-            len(tasks),
+            len(pieces),
             ns.root,
             first_line(exc),
         )
         return None
     shaped = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(c) for c in output]))
+    if row_address:
+        shaped = shaped.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
+        shaped = shaped.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
     # one (empty) batch at least: Spark's Arrow conversion cannot build a column from none
     return pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
+
+
+def within(datasets: Sequence[lance.LanceDataset], max_rows: int, max_bytes: int) -> bool:
+    """Whether the tables hold at most ``max_rows`` rows and ``max_bytes`` bytes of data
+    files, as their fragment metadata records (before deletions and filters)."""
+    rows = size = 0
+    for dataset in datasets:
+        for fragment in dataset.get_fragments():
+            meta = fragment.metadata
+            sizes = [f.file_size_bytes for f in meta.files]
+            if meta.physical_rows is None or None in sizes:
+                return False  # written by a client that does not record them: not known to be small
+            rows += meta.physical_rows
+            size += sum(sizes)
+        if rows > max_rows or size > max_bytes:
+            return False
+    return True

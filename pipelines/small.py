@@ -23,22 +23,19 @@ Spark Connect gives a client no plan statistics, so there the tasks do the work.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
-import lance
 import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from partitioning.errors import InvalidInput, PartitioningError, first_line
+from partitioning.errors import InvalidInput, first_line
 from partitioning.filters import TrueFilter
-from partitioning.namespace import PartitionedNamespace, open_partition_table
-from partitioning.vectors import spark_facing_schema
-from pipelines.reader import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
+from partitioning.namespace import PartitionedNamespace
+from pipelines.local_read import local_table
+from pipelines.reader import ROW_ADDRESS, ROW_TABLE, TableSlice
 from pipelines.schema import spark_schema
 from pipelines.session import active_session_kept, is_connect
 
@@ -50,16 +47,12 @@ __all__ = [
     "small_copy",
     "small_rows",
     "small_target",
-    "within",
 ]
-
-log = logging.getLogger("lance_partitioned")
 
 SMALL_MAX_ROWS = 262_144
 SMALL_MAX_BYTES = 64 << 20
 SMALL_MAX_TABLES = 64
 SMALL_WRITE_BYTES = 32 << 20
-_OPENERS = 8
 
 
 _UNKNOWN_SIZE = (1 << 63) - 1  # Spark's estimate for what it cannot size (a Python list, an RDD)
@@ -132,37 +125,17 @@ def small_target(
     with ``_lance_table`` and ``_lance_rowaddr``, read here as a local relation; ``filter``
     (Spark SQL) is applied by Spark. None when the tables are not small (or one cannot be
     read here: Spark's tasks then read it, and report what is wrong, as for any read)."""
-    if is_connect(session) or len(read) > SMALL_MAX_TABLES:
+    if is_connect(session):
         return None
     tables = ns.tables_by_id(read)
-    if len(tables) != len(read) or any(t.read_version is None for t in tables.values()):
+    if len(tables) != len(read):
         return None
-    slices = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
+    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
     output = list(columns) if columns is not None else list(ns.schema.names)
-    try:
-        with ThreadPoolExecutor(max_workers=_OPENERS) as pool:
-            datasets = list(
-                pool.map(
-                    lambda s: open_partition_table(
-                        s.uri, s.read_version, s.read_branch, s.read_tag, ns.storage_options
-                    ),
-                    slices,
-                )
-            )
-        if not within(datasets, SMALL_MAX_ROWS, SMALL_MAX_BYTES):
-            return None
-        batches = [
-            batch
-            for piece, dataset in zip(slices, datasets, strict=True)
-            for batch in read_slice(piece, ns.namespace_schema, output, TrueFilter(), row_address=True, dataset=dataset)
-        ]
-    except PartitioningError as exc:
-        log.debug("reading %d tables of %s in the driver failed (%s)", len(slices), ns.root, first_line(exc))
+    bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
+    table = local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
+    if table is None:
         return None
-    arrow = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(c) for c in output]))
-    arrow = arrow.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
-    arrow = arrow.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
-    table = pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=arrow)], schema=arrow)
     schema = T.StructType([spark_schema(ns.namespace_schema)[c] for c in output])
     schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
     with active_session_kept(session):
@@ -173,20 +146,3 @@ def small_target(
         except PySparkException as exc:
             raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
     return df
-
-
-def within(datasets: Sequence[lance.LanceDataset], max_rows: int, max_bytes: int) -> bool:
-    """Whether the tables hold at most ``max_rows`` rows and ``max_bytes`` bytes of data
-    files, as their fragment metadata records (before deletions and filters)."""
-    rows = size = 0
-    for dataset in datasets:
-        for fragment in dataset.get_fragments():
-            meta = fragment.metadata
-            sizes = [f.file_size_bytes for f in meta.files]
-            if meta.physical_rows is None or None in sizes:
-                return False  # written by a client that does not record them: not known to be small
-            rows += meta.physical_rows
-            size += sum(sizes)
-        if rows > max_rows or size > max_bytes:
-            return False
-    return True

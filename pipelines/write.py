@@ -358,15 +358,17 @@ def write_fragments(
         )
 
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
+    rows = None
     if local is not False:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: collect rows ({label})"):
             rows = conformed.toArrow() if local else small_rows(conformed)
-        if rows is not None:
-            return _write_here(rows, ns, max_rows_per_file, max_bytes_per_file)
-    if cluster and names and plan_layout:
+    if rows is None and cluster and names and plan_layout:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: plan the write ({label})"):
             cluster = not _few_partitions(conformed, keyed(()), max_open_writers, current.max_values(nschema))
-    if cluster and names:
+    if rows is not None:
+        # the driver writes the collected rows: one buffer per partition, as a clustered task
+        data, open_writers, budget, derive = conformed, _MANY_WRITERS, max_rows_per_file, True
+    elif cluster and names:
         # Each task holds the partitions hashed to it, unsorted: the writer buffers them all
         # (one fragment per partition per task) up to ``max_rows_per_file`` rows in total,
         # then flushes its largest buffer.
@@ -386,6 +388,8 @@ def write_fragments(
         max_buffered_rows=budget,
         derive_keys=derive,
     )
+    if rows is not None:
+        return pa.Table.from_batches(list(writer(rows.to_batches())), schema=writer.output_schema), writer
 
     def write_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return writer(batches)
@@ -393,21 +397,6 @@ def write_fragments(
     with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
         messages = data.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
     return messages, writer
-
-
-def _write_here(
-    table: pa.Table, ns: PartitionedNamespace, max_rows_per_file: int, max_bytes_per_file: int | None
-) -> tuple[pa.Table, FragmentWriter]:
-    """The driver writes ``table`` (conformed rows, collected) with the tasks' writer."""
-    writer = FragmentWriter.for_namespace(
-        ns,
-        max_rows_per_file=max_rows_per_file,
-        max_bytes_per_file=max_bytes_per_file,
-        max_open_writers=_MANY_WRITERS,
-        max_buffered_rows=max_rows_per_file,
-        derive_keys=True,
-    )
-    return pa.Table.from_batches(list(writer(table.to_batches())), schema=writer.output_schema), writer
 
 
 # The first rows the layout decision looks at, and at most how many partition values they
