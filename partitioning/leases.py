@@ -53,6 +53,7 @@ __all__ = [
     "WRITE",
     "Lease",
     "LeaseRef",
+    "ended_marks",
     "held_lease",
     "keep_alive",
     "list_leases",
@@ -68,6 +69,7 @@ LEASE_DIR = "_writes"
 HEARTBEAT_INTERVAL = dt.timedelta(seconds=30)
 LEASE_TTL = dt.timedelta(minutes=10)
 _SUFFIX = ".json"
+_ENDED = ".ended"  # "<lease>.json.ended": the write ended; a task's late refresh must not revive it
 WRITE = "write"
 VACUUM = "vacuum"
 _log = logging.getLogger(__name__)
@@ -180,10 +182,18 @@ class _Heartbeat:
 
     def refresh(self) -> bool:
         """Rewrite the heartbeat; a lease someone else stores (``create=False``) is only
-        refreshed while it exists, so a task outliving its aborted write cannot revive it."""
-        if not self._create and self.fs.get_file_info(self.path).type == pafs.FileType.NotFound:
+        refreshed while it exists, so a task outliving its aborted write cannot revive it:
+        the holder marks the end before removing the lease, and a refresh that raced the
+        removal sees the mark after its write and removes the lease again."""
+        if self._create:
+            self.beat()
+            return True
+        if self.fs.get_file_info(self.path).type == pafs.FileType.NotFound:
             return False
         self.beat()
+        if self.fs.get_file_info(self.path + _ENDED).type != pafs.FileType.NotFound:
+            self.remove()
+            return False
         return True
 
     def _run(self) -> None:
@@ -322,9 +332,39 @@ def keep_alive(ref: LeaseRef | None, interval: dt.timedelta = HEARTBEAT_INTERVAL
 
 
 def release_lease(ref: LeaseRef | None) -> None:
-    """Remove a stored lease (the write committed or failed)."""
-    if ref is not None:
-        _Heartbeat("", ref.write_id, HEARTBEAT_INTERVAL, ref).remove()
+    """Remove a stored lease (the write committed or failed). Its tasks may still run (Spark
+    aborts a write without waiting for killed tasks), so the end is marked first: a task's
+    refresh that races the removal finds the mark and removes the lease again. Vacuum
+    deletes marks older than :data:`LEASE_TTL`."""
+    if ref is None:
+        return
+    beat = _Heartbeat("", ref.write_id, HEARTBEAT_INTERVAL, ref)
+    try:
+        contained(beat.root, beat.uri)
+        with beat.fs.open_output_stream(beat.path + _ENDED) as out:
+            out.write(b"")
+    except (OSError, PartitioningError) as exc:
+        _log.warning("could not mark the end of the write lease %s: %s", ref.uri, exc)
+    beat.remove()
+
+
+def ended_marks(root: str, now: dt.datetime, storage_options: Options = None) -> list[str]:
+    """The end marks :func:`release_lease` left that are older than :data:`LEASE_TTL`: no
+    task of their write can still refresh, so vacuum deletes them."""
+    root = resolve_root(root)
+    fs, path = filesystem_of(join_uri(root, LEASE_DIR), storage_options)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    return [
+        join_uri(join_uri(root, LEASE_DIR), info.base_name)
+        for info in infos
+        if info.type == pafs.FileType.File
+        and info.base_name.endswith(_SUFFIX + _ENDED)
+        and info.mtime is not None
+        and now - _utc(info.mtime) >= LEASE_TTL
+    ]
 
 
 def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:

@@ -40,7 +40,7 @@ from partitioning.errors import (
 from partitioning.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
 from partitioning.guard import Guard, guarded
 from partitioning.history import Operation
-from partitioning.leases import list_leases, protected_bases, protected_since, vacuum_lease
+from partitioning.leases import ended_marks, list_leases, protected_bases, protected_since, vacuum_lease
 from partitioning.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit, open_partition_table
 from partitioning.orphans import (
@@ -781,6 +781,8 @@ def vacuum(
     for lease in leases:
         if not lease.live(now):
             plan.append(_Deletion(f"lease {lease.uri} (expired)", (lease.uri,), lease=lease.uri))
+    for mark in ended_marks(ns.root, now, ns.storage_options):
+        plan.append(_Deletion(f"lease end mark {mark}", (mark,), lease=mark))
 
     if not dry_run:
         # the protected path's other half (partitioning.guard): from here on, an operation

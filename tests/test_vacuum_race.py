@@ -343,3 +343,37 @@ def test_a_lease_that_cannot_be_stored_lets_the_write_go_on_with_a_warning(caplo
     with write_lease("memory://nowhere/ns") as uri:
         assert uri is None
     assert "vacuum cannot see this write" in caplog.text
+
+
+def test_a_task_refresh_racing_the_release_does_not_revive_the_lease(tmp_path: Path) -> None:
+    """Spark aborts a write without waiting for its killed tasks: a task that saw the lease,
+    then lost the race to its removal, must not leave a lease behind (it would hold vacuum
+    back for LEASE_TTL). The race is forced: the release runs between the task's check and
+    its write."""
+    from partitioning import leases
+
+    root = str(tmp_path / "ns")
+    PartitionedNamespace.create(root, SCHEMA, ["p"])
+    ref = leases.take_lease(root)
+    assert ref is not None
+    beat = leases._Heartbeat("", ref.write_id, leases.HEARTBEAT_INTERVAL, ref)
+    beat._create = False
+    real_beat = beat.beat
+
+    def late_beat() -> None:
+        leases.release_lease(ref)  # the driver's abort, just after the task checked
+        real_beat()
+
+    beat.beat = late_beat  # type: ignore[method-assign]
+    assert beat.refresh() is False
+    assert list_leases(root) == []
+    names = sorted(p.name for p in (tmp_path / "ns" / LEASE_DIR).iterdir())
+    assert names == [Path(ref.uri).name + ".ended"]
+
+    report = vacuum(root, retain=dt.timedelta(0), allow_short_retention=True)
+    assert not any(item.endswith(names[0]) for item in report.deleted)
+    assert (tmp_path / "ns" / LEASE_DIR / names[0]).exists()  # a task of that write may still refresh
+    later = dt.datetime.now(dt.UTC) + LEASE_TTL + dt.timedelta(minutes=1)
+    report = vacuum(root, retain=dt.timedelta(0), allow_short_retention=True, now=later)
+    assert any(item.endswith(names[0]) for item in report.deleted)
+    assert not (tmp_path / "ns" / LEASE_DIR / names[0]).exists()
