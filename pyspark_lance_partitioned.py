@@ -2,11 +2,11 @@
 
 Spark registers, in each JVM, the ``DefaultSource`` of every importable top-level module
 named ``pyspark_*`` (``pyspark/sql/worker/lookup_data_sources.py``). This one is
-:class:`pipelines.bridge.BridgeSource`, ``lance_partitioned_py``: what the jar's
+:class:`pipelines.jvm.source.BridgeSource`, ``lance_partitioned_py``: what the jar's
 ``format("lance_partitioned")`` provider and ``LanceCatalog`` call for all data work, also
 in sessions no Python code set up (``spark-sql``, Scala, a Spark Connect server).
 """
 
-from pipelines.bridge import BridgeSource as DefaultSource
+from pipelines.jvm.source import BridgeSource as DefaultSource
 
 __all__ = ["DefaultSource"]

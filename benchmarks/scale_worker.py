@@ -78,7 +78,7 @@ def point_sql(country: str, day: dt.date) -> str:
 class Ours:
     def build(self, path: str, table: pa.Table) -> None:
         from partitioning import PartitionedNamespace
-        from partitioning.write import write_table
+        from partitioning.tables.write import write_table
 
         write_table(PartitionedNamespace.create(path, SCHEMA, PARTITION_BY), table)
 
@@ -88,7 +88,7 @@ class Ours:
         return PartitionedNamespace.load(path)
 
     def append(self, handle: Any, table: pa.Table) -> None:
-        from partitioning.write import write_table
+        from partitioning.tables.write import write_table
 
         result = write_table(handle, table)
         assert result.rows_written == table.num_rows, result
@@ -105,7 +105,7 @@ class Ours:
         return len(self.open(path).partitions())
 
     def compact(self, path: str) -> None:
-        from partitioning.maintenance import optimize_manifest
+        from partitioning.tables.maintenance import optimize_manifest
 
         optimize_manifest(path)
 

@@ -29,9 +29,9 @@ from pyspark.sql import functions as F
 from benchmarks.conftest import Timing
 from benchmarks.test_bench_merge import SCHEMA, target_rows
 from partitioning.namespace import PartitionedNamespace
-from partitioning.write import write_table
-from pipelines.merge import merge_partitioned
-from pipelines.read import read_partitioned
+from partitioning.tables.write import write_table
+from pipelines.write.merge import merge_partitioned
+from pipelines.read.dataframe import read_partitioned
 
 pytestmark = pytest.mark.bench
 

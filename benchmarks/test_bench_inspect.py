@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.inspect import files_table, partitions_table
-from partitioning.write import write_table
+from partitioning.plan.inspect import files_table, partitions_table
+from partitioning.tables.write import write_table
 
 pytestmark = [pytest.mark.bench, pytest.mark.slow]
 

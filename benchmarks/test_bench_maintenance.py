@@ -20,10 +20,10 @@ from lance.fragment import write_fragments
 
 from benchmarks.conftest import spread
 from partitioning import PartitionedNamespace, TableCommit
-from partitioning.maintenance import MaintenanceReport
-from partitioning.manifest import join_uri
-from partitioning.tables import commit_version, write_new_fragments
-from pipelines.maintenance import compact
+from partitioning.tables.maintenance import MaintenanceReport
+from partitioning.storage.manifest import join_uri
+from partitioning.storage.datasets import commit_version, write_new_fragments
+from pipelines.maintenance.operations import compact
 
 pytestmark = pytest.mark.bench
 

@@ -30,10 +30,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from partitioning.namespace import PartitionedNamespace
-from partitioning.write import write_table
-from pipelines.merge import merge_partitioned
-from pipelines.read import read_partitioned
-from pipelines.rewrite import update_rows
+from partitioning.tables.write import write_table
+from pipelines.write.merge import merge_partitioned
+from pipelines.read.dataframe import read_partitioned
+from pipelines.write.rewrite import update_rows
 
 pytestmark = pytest.mark.bench
 

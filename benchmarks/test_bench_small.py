@@ -2,7 +2,7 @@
 
 Each operation runs three ways on fresh copies of the same rows, interleaved, median
 (min .. max) of ``REPEATS``: ours as shipped (the driver's small path,
-:mod:`pipelines.small`), ours forced through Spark's tasks (the path before it), and
+:mod:`pipelines.write.small`), ours forced through Spark's tasks (the path before it), and
 delta-rs doing the same operation on a Delta table partitioned the same way. Two shapes:
 ``narrow`` (3 rows of id, country, price; a 2-row source) and ``vectors`` (2,000 rows
 with a 128-dim vector and a string, 8 partitions; a 20-row source). Target: every small
@@ -21,10 +21,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-import pipelines.small as small
+import pipelines.write.small as small
 from benchmarks.conftest import Timing
 from partitioning.namespace import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import delete_rows, merge_partitioned, update_rows, write_partitioned
 
 pytestmark = pytest.mark.bench

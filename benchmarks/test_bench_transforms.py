@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from benchmarks.conftest import interleaved_samples, spread
-from partitioning import murmur3 as m3
-from pipelines.murmur3 import bucket_column, murmur3_column, with_murmur3
+from partitioning.spec import murmur3 as m3
+from pipelines.columns.murmur3 import bucket_column, murmur3_column, with_murmur3
 
 pytestmark = pytest.mark.bench
 

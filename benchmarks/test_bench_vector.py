@@ -10,7 +10,7 @@ in one unpartitioned Lance dataset with the same index parameters (IVF_PQ, 256 l
 - recall@10 against numpy brute force over 100 queries, with refine (target >= 0.95);
 - median query latency unfiltered (target <= 2x) and with a filter selecting 1 of the 64
   partitions vs the dataset with a prefilter (target <= 0.3x), for the Spark-free
-  ``partitioning.search.search`` (an Arrow table, comparable with pylance's) and for
+  ``partitioning.search.nearest.search`` (an Arrow table, comparable with pylance's) and for
   ``search_partitioned`` (a collected DataFrame);
 - ``knn_join`` throughput for 1,000 queries.
 
@@ -29,10 +29,10 @@ import pytest
 
 from benchmarks.conftest import interleaved_samples
 from partitioning import PartitionedNamespace
-from partitioning.search import search
-from partitioning.write import write_table
-from pipelines.indexes import create_vector_index
-from pipelines.search import knn_join, search_partitioned
+from partitioning.search.nearest import search
+from partitioning.tables.write import write_table
+from pipelines.search.indexes import create_vector_index
+from pipelines.search.queries import knn_join, search_partitioned
 
 pytestmark = pytest.mark.bench
 

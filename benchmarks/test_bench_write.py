@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from benchmarks.conftest import spread
 from partitioning import PartitionedNamespace
 from pipelines.sample import COUNTRIES
-from pipelines.write import write_partitioned
+from pipelines.write.dataframe import write_partitioned
 
 pytestmark = pytest.mark.bench
 

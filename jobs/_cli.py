@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from partitioning import PartitioningError
-from partitioning.storage import StorageOptions, parse_storage_option_args
+from partitioning.storage.roots import StorageOptions, parse_storage_option_args
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from jobs._cli import add_storage_option_argument, run, storage_options
-from pipelines.maintenance import compact
+from pipelines.maintenance.operations import compact
 from pipelines.session import build_session
 
 

@@ -25,7 +25,7 @@ import argparse
 import sys
 
 from jobs._cli import add_storage_option_argument, run, running_session, storage_options
-from partitioning import maintenance
+from partitioning.tables import maintenance
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             local = maintenance.drop_partitions if args.drop_partitions else maintenance.delete_rows
             print(local(args.root, args.filter, storage_options=options).summary())
             return
-        from pipelines.maintenance import delete_rows, drop_partitions
+        from pipelines.maintenance.operations import delete_rows, drop_partitions
 
         operation = drop_partitions if args.drop_partitions else delete_rows
         print(operation(args.root, args.filter, spark=spark, storage_options=options).summary())

@@ -23,7 +23,7 @@ from jobs._cli import add_storage_option_argument, run, storage_options
 from partitioning import PartitionedNamespace
 from pipelines.sample import sample_events
 from pipelines.session import build_session
-from pipelines.write import write_partitioned
+from pipelines.write.dataframe import write_partitioned
 
 DEFAULT_SPEC = ["year(ts)", "month(ts)", "day(ts)", "country"]
 

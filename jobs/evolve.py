@@ -30,7 +30,7 @@ import sys
 
 from jobs._cli import add_storage_option_argument, run, storage_options
 from partitioning import PartitionedNamespace, SpecError
-from partitioning.schema import NamespaceSchema, field_id_of, parse_type
+from partitioning.spec.schema import NamespaceSchema, field_id_of, parse_type
 
 SPEC_COMMANDS = ("add-partition-field", "drop-partition-field", "replace-spec")
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             print(f"{listed.num_rows} indexes")
             return
-        from pipelines.indexes import create_scalar_index, create_vector_index, optimize_indexes
+        from pipelines.search.indexes import create_scalar_index, create_vector_index, optimize_indexes
         from pipelines.session import build_session
 
         params = _params(args.param)

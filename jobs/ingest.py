@@ -22,9 +22,9 @@ import sys
 import time
 
 from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, run, storage_options
-from partitioning.write import WRITE_MODES
+from partitioning.tables.write import WRITE_MODES
 from pipelines.session import build_session
-from pipelines.write import write_partitioned
+from pipelines.write.dataframe import write_partitioned
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -21,7 +21,7 @@ import sys
 import time
 
 from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, run, storage_options
-from pipelines.merge import merge_partitioned
+from pipelines.write.merge import merge_partitioned
 from pipelines.session import build_session
 
 

@@ -21,7 +21,7 @@ import argparse
 import sys
 
 from jobs._cli import add_output_arguments, add_storage_option_argument, run, storage_options, write_or_show
-from pipelines.read import read_partitioned_with_plan
+from pipelines.read.dataframe import read_partitioned_with_plan
 from pipelines.session import build_session
 
 

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         options = storage_options(args)
         vector = load_vector(args.vector_file)
-        from pipelines.search import search_partitioned
+        from pipelines.search.queries import search_partitioned
         from pipelines.session import build_session
 
         spark = build_session("lance_partitioned: search")

@@ -18,9 +18,9 @@ from partitioning.errors import (
     TableNotFound,
 )
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
-from partitioning.schema import NamespaceSchema
-from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
-from partitioning.transforms import Transform, parse_transform
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.spec.transforms import Transform, parse_transform
 
 __all__ = [
     "ConcurrentModification",

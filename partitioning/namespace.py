@@ -4,11 +4,11 @@ The namespace state (schema, specs, partition tables) is read from one
 ``__manifest`` version, so every answer of one ``PartitionedNamespace`` object is
 consistent with that version. The class is the entry point; the work is done by
 
-- :mod:`partitioning.state`: one ``__manifest`` version read and checked, its table rows;
-- :mod:`partitioning.locations`: object ids, directory names, :class:`LocationPlanner`;
-- :mod:`partitioning.commits`: commits that record or remove partition tables;
-- :mod:`partitioning.evolution`: partition spec and schema evolution;
-- :mod:`partitioning.describe`: runtime properties and the readable layout.
+- :mod:`partitioning.state.namespace_state`: one ``__manifest`` version read and checked, its table rows;
+- :mod:`partitioning.storage.locations`: object ids, directory names, :class:`LocationPlanner`;
+- :mod:`partitioning.state.commits`: commits that record or remove partition tables;
+- :mod:`partitioning.state.evolution`: partition spec and schema evolution;
+- :mod:`partitioning.state.describe`: runtime properties and the readable layout.
 """
 
 from __future__ import annotations
@@ -20,36 +20,36 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from partitioning import commits as _commits
-from partitioning import evolution
-from partitioning.binding import bind
-from partitioning.commits import DEFAULT_COMMIT_RETRIES
-from partitioning.commits import WRITE_ID_HISTORY as WRITE_ID_HISTORY
-from partitioning.commits import WRITE_IDS_PROPERTY as WRITE_IDS_PROPERTY
-from partitioning.describe import describe_namespace, layout
-from partitioning.describe import format_partition_value as format_partition_value
+from partitioning.state import commits as _commits
+from partitioning.state import evolution
+from partitioning.sql.binding import bind
+from partitioning.state.commits import DEFAULT_COMMIT_RETRIES
+from partitioning.state.commits import WRITE_ID_HISTORY as WRITE_ID_HISTORY
+from partitioning.state.commits import WRITE_IDS_PROPERTY as WRITE_IDS_PROPERTY
+from partitioning.state.describe import describe_namespace, layout
+from partitioning.state.describe import format_partition_value as format_partition_value
 from partitioning.errors import NamespaceAlreadyExists, SpecError
-from partitioning.evolution import ColumnsLike
-from partitioning.filters import Dialect, Filter, parse_filter
-from partitioning.guard import Guard
-from partitioning.history import Operation, history_table
-from partitioning.intents import Intent
-from partitioning.locations import BOUNDED_TABLE_DIR_RE as BOUNDED_TABLE_DIR_RE
-from partitioning.locations import MAX_NAME_BYTES as MAX_NAME_BYTES
-from partitioning.locations import TABLE_NAME as TABLE_NAME
-from partitioning.locations import LocationPlanner
-from partitioning.locations import PartitionKey as PartitionKey
-from partitioning.locations import keyed_hex as keyed_hex
-from partitioning.locations import keyed_namespace_name as keyed_namespace_name
-from partitioning.locations import table_directory as table_directory
-from partitioning.lookup import existing_locations
-from partitioning.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, manifest_schema
-from partitioning.orphans import Orphan, find_orphans
-from partitioning.scan import ScanPlan, plan_tables
-from partitioning.schema import NamespaceSchema
-from partitioning.spec import PartitionField, PartitionSpec, parse_partition_by
-from partitioning.state import NamespaceState, PartitionTable, TableCommit, open_partition_table, read_state
-from partitioning.transforms import canonical_float
+from partitioning.state.evolution import ColumnsLike
+from partitioning.sql.filters import Dialect, Filter, parse_filter
+from partitioning.storage.guard import Guard
+from partitioning.storage.history import Operation, history_table
+from partitioning.storage.intents import Intent
+from partitioning.storage.locations import BOUNDED_TABLE_DIR_RE as BOUNDED_TABLE_DIR_RE
+from partitioning.storage.locations import MAX_NAME_BYTES as MAX_NAME_BYTES
+from partitioning.storage.locations import TABLE_NAME as TABLE_NAME
+from partitioning.storage.locations import LocationPlanner
+from partitioning.storage.locations import PartitionKey as PartitionKey
+from partitioning.storage.locations import keyed_hex as keyed_hex
+from partitioning.storage.locations import keyed_namespace_name as keyed_namespace_name
+from partitioning.storage.locations import table_directory as table_directory
+from partitioning.state.lookup import existing_locations
+from partitioning.storage.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, manifest_schema
+from partitioning.storage.orphans import Orphan, find_orphans
+from partitioning.state.scan import ScanPlan, plan_tables
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.state.namespace_state import NamespaceState, PartitionTable, TableCommit, open_partition_table, read_state
+from partitioning.spec.transforms import canonical_float
 
 __all__ = ["PartitionTable", "PartitionedNamespace", "TableCommit"]
 
@@ -89,7 +89,7 @@ class PartitionedNamespace:
         store = ManifestStore(root, storage_options)
         if store.exists():
             raise NamespaceAlreadyExists(f"a namespace already exists at {store.root}; use PartitionedNamespace.load")
-        from partitioning.tables import check_new_root
+        from partitioning.storage.datasets import check_new_root
 
         check_new_root(store.root, store.storage_options)
         columns = {f.field_id: f.arrow_result_type(ns_schema) for f in first.fields}
@@ -112,9 +112,9 @@ class PartitionedNamespace:
     ) -> PartitionedNamespace:
         """Open the namespace at ``root``, optionally as of an older ``__manifest`` version.
 
-        A local ``root`` is made absolute here (:func:`partitioning.storage.resolve_root`), so
+        A local ``root`` is made absolute here (:func:`partitioning.storage.roots.resolve_root`), so
         ``ns.root`` and every table URI planned from it mean the same place on every machine.
-        With ``guard`` (an operation's, :mod:`partitioning.guard`) the version is recorded as a
+        With ``guard`` (an operation's, :mod:`partitioning.storage.guard`) the version is recorded as a
         base of its lease before any row of it is read.
         """
         store = ManifestStore(root, storage_options)
@@ -222,7 +222,7 @@ class PartitionedNamespace:
             table.uri, table.read_version, table.read_branch, table.read_tag, self.storage_options
         )
 
-    # -- evolution (partitioning.evolution) -----------------------------------------------------
+    # -- evolution (partitioning.state.evolution) -----------------------------------------------------
     def evolve_partition_spec(
         self, fields: PartitionSpec | str | Mapping[str, Any] | Sequence[str | PartitionField]
     ) -> PartitionSpec:
@@ -257,7 +257,7 @@ class PartitionedNamespace:
         """
         return evolution.widen_column(self, name, new_type, max_retries=DEFAULT_COMMIT_RETRIES)
 
-    # -- commit (partitioning.commits) ------------------------------------------------------------
+    # -- commit (partitioning.state.commits) ------------------------------------------------------------
     def commit_tables(
         self,
         commits: Iterable[TableCommit],
@@ -288,9 +288,9 @@ class PartitionedNamespace:
         :class:`ConcurrentModification` and must be rebased by its caller. ``replace_all``
         removes every partition row not in ``commits`` (overwrite); ``write_id`` is remembered
         on the ``v<N>`` rows (:meth:`committed_write_ids`). ``naming_seed``: the secret seed of
-        a write's :class:`~partitioning.locations.LocationPlanner`, on its first attempt only
-        (:func:`partitioning.commits.commit_once`). ``guard``: the operation's
-        (:mod:`partitioning.guard`); without one the commit takes its own."""
+        a write's :class:`~partitioning.storage.locations.LocationPlanner`, on its first attempt only
+        (:func:`partitioning.state.commits.commit_once`). ``guard``: the operation's
+        (:mod:`partitioning.storage.guard`); without one the commit takes its own."""
         return _commits.commit_once(
             self,
             commits,
@@ -308,10 +308,10 @@ class PartitionedNamespace:
     ) -> int:
         """Remove partition tables, and namespaces left without tables, in ONE optimistic
         ``__manifest`` commit; returns the new manifest version. Files stay for time
-        travel until :func:`partitioning.maintenance.vacuum` removes them.
+        travel until :func:`partitioning.tables.maintenance.vacuum` removes them.
 
         It reads the table rows without following their ``location``, so it also removes
-        a row whose location is refused (the repair :func:`partitioning.manifest.check_location` names)."""
+        a row whose location is refused (the repair :func:`partitioning.storage.manifest.check_location` names)."""
         return _commits.remove_tables(self, object_ids, operation=operation, guard=guard)
 
     def history(self, limit: int | None = None) -> pa.Table:
@@ -359,12 +359,12 @@ class PartitionedNamespace:
         )
 
     def orphans(self) -> list[Orphan]:
-        """Files and dataset versions left by failed or retried writes (see :mod:`partitioning.orphans`)."""
+        """Files and dataset versions left by failed or retried writes (see :mod:`partitioning.storage.orphans`)."""
         return find_orphans(self.root, self.storage_options)
 
     def indexes(self) -> pa.Table:
         """Per partition table and index: name, type, column, indexed and unindexed rows
-        (:func:`partitioning.indexes.list_indexes`)."""
-        from partitioning.indexes import list_indexes
+        (:func:`partitioning.search.indexes.list_indexes`)."""
+        from partitioning.search.indexes import list_indexes
 
         return list_indexes(self)

@@ -1,20 +1,20 @@
 """Spark side of the Lance partitioned namespace: session, Column transforms, writes, data source."""
 
-from partitioning.write import CommitResult
-from pipelines.datasource import LancePartitionedDataSource, register_data_source
-from pipelines.history import history, restore
-from pipelines.indexes import create_scalar_index, create_vector_index, optimize_indexes
-from pipelines.inspect import files_table, partitions_table
-from pipelines.join import join_partitioned
-from pipelines.maintenance import compact, delete_rows, drop_partitions, optimize_manifest, vacuum
-from pipelines.merge import merge_partitioned
-from pipelines.read import read_partitioned
-from pipelines.rewrite import update_rows
-from pipelines.schema import namespace_schema_from_spark, spark_schema
-from pipelines.search import knn_join, search_partitioned
+from partitioning.tables.write import CommitResult
+from pipelines.read.datasource import LancePartitionedDataSource, register_data_source
+from pipelines.maintenance.history import history, restore
+from pipelines.search.indexes import create_scalar_index, create_vector_index, optimize_indexes
+from pipelines.maintenance.inspect import files_table, partitions_table
+from pipelines.read.join import join_partitioned
+from pipelines.maintenance.operations import compact, delete_rows, drop_partitions, optimize_manifest, vacuum
+from pipelines.write.merge import merge_partitioned
+from pipelines.read.dataframe import read_partitioned
+from pipelines.write.rewrite import update_rows
+from pipelines.columns.schema import namespace_schema_from_spark, spark_schema
+from pipelines.search.queries import knn_join, search_partitioned
 from pipelines.session import build_session
-from pipelines.transforms import partition_value, with_partition_columns
-from pipelines.write import write_partitioned
+from pipelines.columns.transforms import partition_value, with_partition_columns
+from pipelines.write.dataframe import write_partitioned
 
 __all__ = [
     "CommitResult",

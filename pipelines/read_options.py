@@ -1,7 +1,7 @@
 """What a read hands the ``lance_partitioned`` source: its Spark schema and the session's SQL dialect.
 
-Shared by :mod:`pipelines.read` (which sets the options) and :mod:`pipelines.datasource`
-(which reads them); :func:`pipelines.reader.dialect_from_options` is the inverse of
+Shared by :mod:`pipelines.read.dataframe` (which sets the options) and :mod:`pipelines.read.datasource`
+(which reads them); :func:`pipelines.read.reader.dialect_from_options` is the inverse of
 :func:`dialect_options`.
 """
 
@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from partitioning.errors import SchemaError
-from partitioning.filters import Dialect
-from partitioning.schema import NamespaceSchema
-from pipelines.schema import spark_schema
+from partitioning.sql.filters import Dialect
+from partitioning.spec.schema import NamespaceSchema
+from pipelines.columns.schema import spark_schema
 
 __all__ = ["dialect_options", "read_schema", "session_dialect"]
 

@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
 from partitioning.errors import InvalidInput
-from partitioning.storage import is_uri, resolve_root
+from partitioning.storage.roots import is_uri, resolve_root
 
 __all__ = [
     "active_session",
@@ -61,7 +61,7 @@ __all__ = [
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
 DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
-# Built by `make` from java/: the reference murmur3 as a Java UDF (pipelines.murmur3).
+# Built by `make` from java/: the reference murmur3 as a Java UDF (pipelines.columns.murmur3).
 UDF_JAR = Path(__file__).resolve().parent.parent / "build" / "lance-partitioned-udfs.jar"
 QUIET_ERRORS_PLUGIN = "lance_partitioned.QuietErrors"
 QUIET_DAEMON = "lance_partitioned_daemon"
@@ -491,7 +491,7 @@ def register_bound(spark: SparkSession, source: type) -> None:
 
 
 def driver_root(spark: SparkSession, root: str) -> str:
-    """``root`` as tasks receive it (:func:`partitioning.storage.resolve_root`), after
+    """``root`` as tasks receive it (:func:`partitioning.storage.roots.resolve_root`), after
     :func:`check_root_for_master` with the session's master."""
     check_root_for_master(root, session_master(spark))
     return resolve_root(root)

@@ -25,9 +25,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-import pipelines.local_read as local_read
-import pipelines.murmur3 as sm3
-from partitioning.manifest import ManifestStore
+import pipelines.read.local as local_read
+import pipelines.columns.murmur3 as sm3
+from partitioning.storage.manifest import ManifestStore
 from pipelines import compact, delete_rows, join_partitioned, read_partitioned, write_partitioned
 from pipelines.session import UDF_JAR
 

@@ -100,8 +100,8 @@ def spark():
 @pytest.fixture
 def spark_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows are read and written by Spark's tasks, never by the driver's small path
-    (:mod:`pipelines.small`), whatever the size of the test's data."""
-    import pipelines.small as small
+    (:mod:`pipelines.write.small`), whatever the size of the test's data."""
+    import pipelines.write.small as small
 
     monkeypatch.setattr(small, "SMALL_MAX_TABLES", -1)
     monkeypatch.setattr(small, "SMALL_WRITE_BYTES", -1)

@@ -50,10 +50,10 @@ from pipelines import (
     vacuum,
     write_partitioned,
 )
-from pipelines import murmur3 as sm3
-from pipelines.indexes import create_vector_index
-from pipelines.join import join_partitioned_with_plan
-from pipelines.search import knn_join, search_partitioned
+from pipelines.columns import murmur3 as sm3
+from pipelines.search.indexes import create_vector_index
+from pipelines.read.join import join_partitioned_with_plan
+from pipelines.search.queries import knn_join, search_partitioned
 from pipelines.session import build_session, default_parallelism, is_connect
 
 COUNTRIES = ("US", "DE", "FR")

@@ -55,13 +55,13 @@ def main(argv: list[str]) -> int:
         else:
             update_rows(root, set={"id": "id + 1000"}, where="c = 'US'", spark=spark)
     elif kind == "restore":
-        from partitioning.restore import restore
+        from partitioning.tables.restore import restore
 
         print("ready", flush=True)
         restore(root, version=int(argv[2]))
     elif kind == "compact":
         from partitioning import PartitionedNamespace
-        from partitioning.maintenance import compact_local
+        from partitioning.tables.maintenance import compact_local
 
         print("ready", flush=True)
         compact_local(PartitionedNamespace.load(root))

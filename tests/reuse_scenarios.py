@@ -21,9 +21,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
-from pipelines.datasource import register_data_source
-from pipelines.read import read_partitioned
+from partitioning.tables.write import write_table
+from pipelines.read.datasource import register_data_source
+from pipelines.read.dataframe import read_partitioned
 
 SCHEMA = pa.schema(
     [

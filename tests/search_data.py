@@ -11,7 +11,7 @@ import pyarrow as pa
 from lance.indices import IndicesBuilder
 
 from partitioning.namespace import PartitionedNamespace, TableCommit
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 
 DIM = 16
 CATEGORIES = ("a", "b", "c", "d")

@@ -12,9 +12,9 @@ from pyspark.errors import PySparkException
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import CorruptNamespace, InvalidInput
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import register_data_source
-from pipelines.write import write_partitioned
+from pipelines.write.dataframe import write_partitioned
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string())])
 ROWS = pa.table({"id": [1, 2, 3], "c": ["US", "CN", "US"]}, schema=SCHEMA)

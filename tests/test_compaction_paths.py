@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.maintenance import CompactionTask
-from partitioning.write import write_table
-from pipelines import maintenance as spark_maintenance
-from pipelines.maintenance import compact
+from partitioning.tables.maintenance import CompactionTask
+from partitioning.tables.write import write_table
+from pipelines.maintenance import operations as spark_maintenance
+from pipelines.maintenance.operations import compact
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
 TARGET = 16

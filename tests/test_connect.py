@@ -67,7 +67,7 @@ def test_classic_jobs_carry_the_description_and_the_tag(spark: SparkSession, tmp
     finally:
         sc.setJobDescription(None)  # type: ignore[arg-type]
     assert spark.getTags() == set()
-    # ten rows the driver made are collected and written by the driver (pipelines.small)
+    # ten rows the driver made are collected and written by the driver (pipelines.write.small)
     ours = [(d, t) for d, t in _jobs(spark) if d == "lance_partitioned: collect rows (tagged)"]
     assert ours, _jobs(spark)[-5:]
     # a classic session's tag reaches the job as spark-session-<session uuid>-<tag>
@@ -89,7 +89,7 @@ def test_the_data_source_is_registered_once_per_session(spark: SparkSession, tmp
     """Spark warns on every re-registration: a session registers the format once, and a new
     session (which has its own registry) registers it again."""
     from partitioning import PartitionedNamespace
-    from partitioning.write import write_table
+    from partitioning.tables.write import write_table
 
     root = str(tmp_path / "ns")
     schema = pa.schema([("id", pa.int64()), ("country", pa.string())])
@@ -111,7 +111,7 @@ def test_the_data_source_is_registered_once_per_session(spark: SparkSession, tmp
     assert session.read.format("lance_partitioned").load(root).count() == 2
     assert calls == ["lance_partitioned"]
     other = spark.newSession()
-    # a plan the driver reads (pipelines/local_read.py) needs no data source: none is registered
+    # a plan the driver reads (pipelines/read/local.py) needs no data source: none is registered
     assert read_partitioned(other, root, filter="country = 'US'").count() == 1
     assert calls == ["lance_partitioned"]
     register_data_source(other)

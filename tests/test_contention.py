@@ -23,10 +23,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import merge_partitioned, update_rows
-from pipelines.history import history
-from pipelines.rewrite import INTENT_AFTER
+from pipelines.maintenance.history import history
+from pipelines.write.rewrite import INTENT_AFTER
 from tests import merge_oracle as oracle
 from tests.contention_worker import SCHEMA, appended
 

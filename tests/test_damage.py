@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 from partitioning import CorruptNamespace, InvalidInput, PartitionedNamespace, PartitioningError
-from partitioning.maintenance import delete_rows
-from partitioning.write import write_table
+from partitioning.tables.maintenance import delete_rows
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
 

@@ -18,12 +18,12 @@ from pyspark.sql import functions as F
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
-from partitioning.maintenance import vacuum
+from partitioning.tables.maintenance import vacuum
 from partitioning.namespace import TableCommit, table_directory
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned
-from pipelines.maintenance import compact
-from pipelines.write import write_partitioned
+from pipelines.maintenance.operations import compact
+from pipelines.write.dataframe import write_partitioned
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 
 from jobs import describe
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("country", pa.string()), ("n", pa.int64())])
 SIZES = {"AT": 10, "BE": 20, "DE": 40, "ES": 50, "US": 1000}  # NL: 3 appends of 10 rows

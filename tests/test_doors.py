@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from subprocess_runs import run_ok, spark_submit
 
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 
 DIM = 768
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from lance.namespace import DirectoryNamespace
 from lance_namespace import ListNamespacesRequest
 
 from partitioning import PartitionedNamespace, PartitionField, SpecError
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("event_date", pa.date32()), pa.field("country", pa.string())]

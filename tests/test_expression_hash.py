@@ -2,7 +2,7 @@
 
 Oracles: ``mmh3`` over bytes built here from SPEC-NOTES 7 (little-endian ints of the
 cast width, UTF-8, display strings), and the Arrow implementation
-(:mod:`partitioning.murmur3`) applied to the argument as DataFusion alone evaluates it.
+(:mod:`partitioning.spec.murmur3`) applied to the argument as DataFusion alone evaluates it.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from datafusion import SessionContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioning import murmur3 as m3
+from partitioning.spec import murmur3 as m3
 from partitioning.errors import SpecError
-from partitioning.expression import evaluate_expression, find_calls, validate_expression
-from partitioning.schema import NamespaceSchema
-from partitioning.spec import PartitionField
+from partitioning.spec.expression import evaluate_expression, find_calls, validate_expression
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.partition_spec import PartitionField
 
 SETTINGS = settings(max_examples=30, deadline=None, database=None)
 
@@ -279,8 +279,8 @@ def test_bad_hash_calls_are_refused_with_one_line(expression, needles):
 
 
 def test_spark_expression_field_hashes_the_cast_width(spark):
-    """The Spark side (``pipelines.transforms.partition_value``) evaluates the same bound expression."""
-    from pipelines import transforms as stf
+    """The Spark side (``pipelines.columns.transforms.partition_value``) evaluates the same bound expression."""
+    from pipelines.columns import transforms as stf
 
     ns_schema = NamespaceSchema.from_arrow(pa.schema([("id", pa.int64()), ("name", pa.string())]))
     field = PartitionField(

@@ -30,9 +30,9 @@ from partitioning import (
     PartitionSpec,
     SpecError,
 )
-from partitioning.expression import evaluate_expression, validate_expression
-from partitioning.sqlengine import balance_filter, matching_rows
-from partitioning.write import write_table
+from partitioning.spec.expression import evaluate_expression, validate_expression
+from partitioning.sql.engine import balance_filter, matching_rows
+from partitioning.tables.write import write_table
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = pa.schema(
@@ -361,7 +361,7 @@ def test_generated_huge_expressions_do_not_crash_the_process():
         import pyarrow as pa
         from hypothesis import given, settings, strategies as st
         from partitioning import SpecError
-        from partitioning.expression import validate_expression
+        from partitioning.spec.expression import validate_expression
 
         OPS = [" + ", " * ", " || ", " AND ", " OR ", " = "]
         WRAPS = [("(", ")"), ("abs(", ")"), ("NOT ", ""), ("- ", ""), ("CASE WHEN true THEN ", " END"),
@@ -402,8 +402,8 @@ def test_huge_filters_give_correct_results_without_crashing(tmp_path):
         import json
         import pyarrow as pa
         from partitioning import PartitionedNamespace
-        from partitioning.maintenance import delete_rows, drop_partitions
-        from partitioning.write import write_table
+        from partitioning.tables.maintenance import delete_rows, drop_partitions
+        from partitioning.tables.write import write_table
 
         schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
         rows = pa.Table.from_pylist([{{"id": i, "country": ["US", "CA", "FR"][i % 3]}} for i in range(30)],

@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-import pipelines.write as write_module
+import pipelines.write.dataframe as write_module
 from pipelines import read_partitioned, write_partitioned
-from pipelines.write import write_fragments
+from pipelines.write.dataframe import write_fragments
 
 
 def _rows(spark: SparkSession, bad: bool) -> DataFrame:

@@ -25,10 +25,10 @@ from pyspark.sql import types as T
 
 from partitioning.errors import SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.transforms import IdentityTransform, TruncateTransform, canonical_float
-from partitioning.write import write_table
-from pipelines import transforms as stf
-from pipelines.write import write_partitioned
+from partitioning.spec.transforms import IdentityTransform, TruncateTransform, canonical_float
+from partitioning.tables.write import write_table
+from pipelines.columns import transforms as stf
+from pipelines.write.dataframe import write_partitioned
 
 # (arrow type, spark type, numpy unsigned bits dtype, canonical NaN, a NaN with another payload, negative NaN, -0.0)
 _KINDS = {

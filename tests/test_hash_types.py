@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import SchemaError, SpecError
-from partitioning.murmur3 import HASHABLE_TYPES, murmur3, murmur3_multi, to_hash_bytes, unhashable_reason
-from partitioning.transforms import BucketTransform, MultiBucketTransform, scalar_hash_bytes
+from partitioning.spec.murmur3 import HASHABLE_TYPES, murmur3, murmur3_multi, to_hash_bytes, unhashable_reason
+from partitioning.spec.transforms import BucketTransform, MultiBucketTransform, scalar_hash_bytes
 
 
 def _h(data: bytes) -> int:

@@ -14,14 +14,14 @@ from pyspark.sql.types import MapType, StringType
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
-from partitioning.history import METRICS_KEY, OPERATION_KEY, Operation, history_table
-from partitioning.maintenance import compact_local, delete_rows, drop_partitions
-from partitioning.manifest import ManifestStore
-from partitioning.restore import restore
-from partitioning.write import write_table
+from partitioning.storage.history import METRICS_KEY, OPERATION_KEY, Operation, history_table
+from partitioning.tables.maintenance import compact_local, delete_rows, drop_partitions
+from partitioning.storage.manifest import ManifestStore
+from partitioning.tables.restore import restore
+from partitioning.tables.write import write_table
 from pipelines import write_partitioned
-from pipelines.history import history
-from pipelines.indexes import create_scalar_index
+from pipelines.maintenance.history import history
+from pipelines.search.indexes import create_scalar_index
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string())])
 

@@ -12,13 +12,13 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import CorruptNamespace, InvalidInput
-from partitioning.index_model import MODEL_DIR, PROPERTY_PREFIX, IndexSpec, recorded_specs
-from partitioning.indexes import commit_indexes, plan_index_tasks
-from partitioning.maintenance import delete_rows, vacuum
-from partitioning.manifest import ManifestStore
-from partitioning.schema import field_id_of
-from partitioning.write import write_table
-from pipelines.indexes import build_segments, create_scalar_index, create_vector_index, optimize_indexes
+from partitioning.search.index_model import MODEL_DIR, PROPERTY_PREFIX, IndexSpec, recorded_specs
+from partitioning.search.indexes import commit_indexes, plan_index_tasks
+from partitioning.tables.maintenance import delete_rows, vacuum
+from partitioning.storage.manifest import ManifestStore
+from partitioning.spec.schema import field_id_of
+from partitioning.tables.write import write_table
+from pipelines.search.indexes import build_segments, create_scalar_index, create_vector_index, optimize_indexes
 
 DIM = 16
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string()), pa.field("v", pa.list_(pa.float32(), DIM))])

@@ -1,4 +1,4 @@
-"""A small plan's rows ride with the plan (pipelines/bridge.py ``inline_rows``, the jar's
+"""A small plan's rows ride with the plan (pipelines/jvm/source.py ``inline_rows``, the jar's
 InlineScan): SQL and ``.where`` answer from them with one JVM task and no Python worker
 reading a table. Oracle: Spark's own answer over a parquet copy of the same rows."""
 
@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 
 MARK = "(rows read while planning)"
 SCHEMA = pa.schema(

@@ -22,11 +22,11 @@ import pytest
 from lance.fragment import FragmentMetadata
 
 from partitioning import InvalidInput, PartitionedNamespace, SchemaError, TableCommit
-from partitioning.inspect import files_table, partitions_table
-from partitioning.maintenance import delete_rows
-from partitioning.manifest import join_uri
-from partitioning.tables import commit_version, write_new_fragments
-from partitioning.write import write_table
+from partitioning.plan.inspect import files_table, partitions_table
+from partitioning.tables.maintenance import delete_rows
+from partitioning.storage.manifest import join_uri
+from partitioning.storage.datasets import commit_version, write_new_fragments
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("country", pa.string()), ("n", pa.int64()), ("amount", pa.float64())])
 BUCKETS = 3
@@ -264,8 +264,8 @@ def test_index_names_and_unrecorded_file_sizes(tmp_path) -> None:
 
 
 def test_spark_tables_read_filters_in_the_session_dialect(spark, built: Built) -> None:
-    from pipelines.inspect import files_table as spark_files
-    from pipelines.inspect import partitions_table as spark_partitions
+    from pipelines.maintenance.inspect import files_table as spark_files
+    from pipelines.maintenance.inspect import partitions_table as spark_partitions
 
     # Spark reads "US" as a string literal; DataFusion (the Spark-free default) as a column,
     # a comparison of two columns that prunes nothing

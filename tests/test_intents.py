@@ -1,6 +1,6 @@
 """Exclusive intents (issue 37, item 3): the turn a merge or update takes after losing rounds.
 
-Spark-free: the intent is taken with :func:`partitioning.commits.take_intent` and committed
+Spark-free: the intent is taken with :func:`partitioning.state.commits.take_intent` and committed
 away by its holder's commit; writers run in threads. The oracle is the order of commits in
 ``__manifest``'s history (Lance's own transaction properties) and the rows read back with
 plain Lance.
@@ -17,9 +17,9 @@ import lance
 import pyarrow as pa
 
 from partitioning import PartitionedNamespace
-from partitioning.commits import release_intent, take_intent
-from partitioning.history import Operation
-from partitioning.write import FragmentWriter, add_partition_columns, commit_write, write_table
+from partitioning.state.commits import release_intent, take_intent
+from partitioning.storage.history import Operation
+from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, write_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("c", pa.string())])
 INTENT = Operation("INTENT", {"operation": "test"})

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs import join as join_job
 from partitioning import InvalidInput, NamespaceSchema, PartitionedNamespace, PartitionTable, parse_partition_by
-from partitioning.join_plan import (
+from partitioning.plan.join import (
     JoinSide,
     join_output_names,
     join_output_schema,
@@ -29,10 +29,10 @@ from partitioning.join_plan import (
     plan_namespace_join,
     validate_join,
 )
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import join_partitioned
-from pipelines.join import LancePartitionedJoinDataSource, join_partitioned_with_plan
-from pipelines.read import read_partitioned
+from pipelines.read.join import LancePartitionedJoinDataSource, join_partitioned_with_plan
+from pipelines.read.dataframe import read_partitioned
 
 UTC = dt.UTC
 HOWS = ["inner", "left", "right", "full"]

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.leases import LEASE_TTL, list_leases
-from partitioning.maintenance import vacuum
-from partitioning.write import write_table
+from partitioning.storage.leases import LEASE_TTL, list_leases
+from partitioning.tables.maintenance import vacuum
+from partitioning.tables.write import write_table
 from tests.test_protected_path import SCHEMA, _input, independent_read
 
 REPO = Path(__file__).resolve().parents[1]

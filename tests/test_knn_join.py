@@ -8,10 +8,10 @@ from pyspark.ml.linalg import Vectors
 from pyspark.sql import types as T
 from search_data import DIM, brute_force, create, data_of, distances, index_all, make_table
 
-from partitioning import knn_scan
+from partitioning.search import knn_scan
 from partitioning.errors import InvalidInput, SchemaError
-from partitioning.search import plan_search, search_tasks
-from pipelines.search import knn_join
+from partitioning.search.nearest import plan_search, search_tasks
+from pipelines.search.queries import knn_join
 
 QUERY_SCHEMA = T.StructType([T.StructField("qid", T.StringType()), T.StructField("q", T.ArrayType(T.FloatType()))])
 
@@ -126,7 +126,7 @@ def test_knn_join_errors(spark, built):
 @pytest.mark.parametrize("filter_sql", [None, "c IN ('a', 'b') AND score > 0.3"])
 def test_a_batch_scan_equals_one_lance_search_per_query(built, monkeypatch, metric, filter_sql):
     """A batch of queries over a small partition is answered by one numpy pass
-    (partitioning.knn_scan); it must give numpy's rows and Lance's per-query distances, and
+    (partitioning.search.knn_scan); it must give numpy's rows and Lance's per-query distances, and
     above the size budget the Lance route must give the same rows."""
     _, ns, data = built
     plan = plan_search(ns, k=7, filter=filter_sql, metric=metric, exact=True, columns=["id"])

@@ -1,4 +1,4 @@
-"""A large ``__manifest`` version is looked up a few columns and rows at a time (``partitioning.lean_rows``).
+"""A large ``__manifest`` version is looked up a few columns and rows at a time (``partitioning.state.lean_rows``).
 
 Every test lowers the size from which a version is read lean to 0, so that small
 namespaces take that path. Oracles: ``__manifest`` read whole with Lance's own reader
@@ -17,13 +17,13 @@ import pyarrow as pa
 import pytest
 from wide_namespace import START, day_rows, wide_namespace
 
-import partitioning.state as state_module
+import partitioning.state.namespace_state as state_module
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.errors import ConcurrentModification
-from partitioning.locations import LocationPlanner, keyed_namespace_name, object_id_from_location, seed_named
-from partitioning.manifest import ManifestStore
-from partitioning.state import clear_state_cache
-from partitioning.write import write_table
+from partitioning.storage.locations import LocationPlanner, keyed_namespace_name, object_id_from_location, seed_named
+from partitioning.storage.manifest import ManifestStore
+from partitioning.state.namespace_state import clear_state_cache
+from partitioning.tables.write import write_table
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Small reads are read in the driver and handed to Spark as a local relation (``pipelines.local_read``).
+"""Small reads are read in the driver and handed to Spark as a local relation (``pipelines.read.local``).
 
 Oracle: Spark's own ``src.where(f)`` over the DataFrame that was written, under session
 time zones that are not UTC, for every column type a partition holds; and the same read
@@ -18,11 +18,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-import pipelines.local_read as local_read
+import pipelines.read.local as local_read
 from partitioning import PartitionedNamespace
 from partitioning.errors import PartitioningError
 from pipelines import read_partitioned, write_partitioned
-from pipelines.read import read_partitioned_with_plan
+from pipelines.read.dataframe import read_partitioned_with_plan
 from pipelines.spark_errors import spark_errors
 
 SCHEMA = pa.schema(

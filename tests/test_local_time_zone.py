@@ -15,10 +15,10 @@ SCENARIO = textwrap.dedent(
     """
     import datetime as dt, sys, time
     import pyarrow as pa
-    from partitioning.history import version_at
-    from partitioning.maintenance import vacuum
+    from partitioning.storage.history import version_at
+    from partitioning.tables.maintenance import vacuum
     from partitioning.namespace import PartitionedNamespace
-    from partitioning.write import write_table
+    from partitioning.tables.write import write_table
 
     root = sys.argv[1]
     assert time.localtime().tm_gmtoff != 0, "the scenario needs a zone that is not UTC"

@@ -24,7 +24,7 @@ from jobs import delete as delete_job
 from jobs import vacuum as vacuum_job
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
-from partitioning.maintenance import (
+from partitioning.tables.maintenance import (
     commit_compaction,
     compact_local,
     delete_rows,
@@ -34,12 +34,12 @@ from partitioning.maintenance import (
     rewrite,
     vacuum,
 )
-from partitioning.manifest import ManifestStore
+from partitioning.storage.manifest import ManifestStore
 from partitioning.namespace import PartitionTable
-from partitioning.tables import commit_version, write_new_fragments
-from partitioning.write import write_table
+from partitioning.storage.datasets import commit_version, write_new_fragments
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned
-from pipelines.maintenance import compact
+from pipelines.maintenance.operations import compact
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("v", pa.int64())]

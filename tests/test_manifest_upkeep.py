@@ -23,12 +23,12 @@ import pytest
 
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.errors import ConcurrentModification, InvalidInput
-from partitioning.history import OPERATION_KEY, history_table
-from partitioning.maintenance import vacuum
-from partitioning.manifest import ManifestStore
-from partitioning.state import clear_state_cache
-from partitioning.upkeep import compact_manifest, fold_merge, maybe_compact_manifest, needs_compaction
-from partitioning.write import write_table
+from partitioning.storage.history import OPERATION_KEY, history_table
+from partitioning.tables.maintenance import vacuum
+from partitioning.storage.manifest import ManifestStore
+from partitioning.state.namespace_state import clear_state_cache
+from partitioning.state.upkeep import compact_manifest, fold_merge, maybe_compact_manifest, needs_compaction
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 EVERY = 6
@@ -168,7 +168,7 @@ def test_the_hook_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture)
     root = _piled_up(tmp_path)
     newest = max(_manifest(root).get_fragments(), key=lambda f: f.fragment_id)
     os.remove(f"{root}/__manifest/data/{newest.data_files()[0].path}")
-    with caplog.at_level(logging.WARNING, logger="partitioning.upkeep"):
+    with caplog.at_level(logging.WARNING, logger="partitioning.state.upkeep"):
         assert maybe_compact_manifest(ManifestStore(root), every=EVERY) is None
     assert any("__manifest upkeep skipped" in r.getMessage() for r in caplog.records)
 

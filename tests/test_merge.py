@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
-from partitioning.write import write_table
-from pipelines.merge import merge_partitioned
+from partitioning.tables.write import write_table
+from pipelines.write.merge import merge_partitioned
 from tests import merge_oracle as oracle
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.int64())])

@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-import pipelines.rewrite as rewrite
+import pipelines.write.rewrite as rewrite
 from jobs import merge as merge_job
 from partitioning.errors import ConcurrentModification, InvalidInput, SchemaError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.write import write_table
-from pipelines.merge import merge_partitioned
-from pipelines.rewrite import update_rows
-from pipelines.write import write_partitioned
+from partitioning.tables.write import write_table
+from pipelines.write.merge import merge_partitioned
+from pipelines.write.rewrite import update_rows
+from pipelines.write.dataframe import write_partitioned
 from tests import merge_oracle as oracle
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.int64())])
@@ -298,7 +298,7 @@ def test_merge_job_upserts_a_parquet_source(spark: SparkSession, tmp_path: Any, 
 
 
 def test_history_records_merge_update_and_replace_where(spark: SparkSession, tmp_path: Any) -> None:
-    from partitioning.history import history_table
+    from partitioning.storage.history import history_table
 
     root = str(tmp_path / "ns")
     _namespace(root)

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioning.errors import SpecError
-from partitioning.murmur3 import bucket, murmur3, murmur3_multi, to_hash_bytes
-from partitioning.transforms import BucketTransform, MultiBucketTransform, scalar_hash_bytes
+from partitioning.spec.murmur3 import bucket, murmur3, murmur3_multi, to_hash_bytes
+from partitioning.spec.transforms import BucketTransform, MultiBucketTransform, scalar_hash_bytes
 
 _VECTORS = load_conformance("murmur3.json")
 PROPERTY_SETTINGS = settings(max_examples=50, deadline=None, database=None)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipelines import murmur3 as sm3
+from pipelines.columns import murmur3 as sm3
 from pipelines.session import UDF_JAR, active_session_kept
 
 _ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=40)

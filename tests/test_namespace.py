@@ -33,7 +33,7 @@ from partitioning.errors import (
     NamespaceNotFound,
 )
 from partitioning.namespace import PartitionedNamespace, TableCommit
-from partitioning.spec import PartitionSpec
+from partitioning.spec.partition_spec import PartitionSpec
 
 LOCATION_RE = re.compile(r"^[0-9a-f]{8}_v1(\$[a-z0-9]{16})+\$dataset$")
 NAME_RE = re.compile(r"^[a-z0-9]{16}$")

@@ -1,4 +1,4 @@
-"""A task writes small partition buffers a few at a time (``partitioning.write._Flushes``).
+"""A task writes small partition buffers a few at a time (``partitioning.tables.write._Flushes``).
 
 Oracles: the input rows grouped in plain Python, each partition read back with Lance's own
 reader, and the writes Lance was asked for, watched as they run.
@@ -16,11 +16,11 @@ import lance
 import pyarrow as pa
 import pytest
 
-import partitioning.write as pwrite
+import partitioning.tables.write as pwrite
 from partitioning import NamespaceSchema, PartitionedNamespace
 from partitioning.errors import SchemaError
-from partitioning.manifest import table_uri
-from partitioning.write import write_table
+from partitioning.storage.manifest import table_uri
+from partitioning.tables.write import write_table
 
 SCHEMA = NamespaceSchema.from_arrow(pa.schema([pa.field("id", pa.int64()), pa.field("country", pa.string())]))
 

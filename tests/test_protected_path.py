@@ -24,10 +24,10 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification, InvalidInput
-from partitioning.leases import LEASE_DIR, VACUUM, list_leases
-from partitioning.maintenance import compact_local, delete_rows, drop_partitions, vacuum
-from partitioning.restore import restore
-from partitioning.write import write_table
+from partitioning.storage.leases import LEASE_DIR, VACUUM, list_leases
+from partitioning.tables.maintenance import compact_local, delete_rows, drop_partitions, vacuum
+from partitioning.tables.restore import restore
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string())])
 ZERO = dt.timedelta(0)
@@ -236,7 +236,7 @@ def test_every_committing_operation_waits_for_a_vacuum_that_may_have_missed_it(
     """One rule for every operation: a vacuum already deleting when the operation took its
     lease may not have seen it, so the operation does not commit until that vacuum ends;
     then it commits and the latest version reads whole."""
-    from pipelines.datasource import register_data_source
+    from pipelines.read.datasource import register_data_source
 
     register_data_source(spark)
     root = str(tmp_path / "ns")

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from partitioning.binding import bind
+from partitioning.sql.binding import bind
 from partitioning.errors import InvalidInput
-from partitioning.filters import (
+from partitioning.sql.filters import (
     And,
     Cmp,
     Const,
@@ -41,10 +41,10 @@ from partitioning.filters import (
     to_sql,
 )
 from partitioning.namespace import PartitionedNamespace
-from partitioning.rowfilter import arrow_predicate
-from partitioning.schema import NamespaceSchema
-from partitioning.spec import PartitionField, PartitionSpec
-from partitioning.write import write_table
+from partitioning.sql.rowfilter import arrow_predicate
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec
+from partitioning.tables.write import write_table
 
 UTC = dt.UTC
 D = dt.date

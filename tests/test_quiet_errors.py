@@ -46,7 +46,7 @@ def test_a_bad_value_in_a_csv_through_ingest_is_one_error_line(tmp_path: Path) -
     import pyarrow as pa
 
     from partitioning import PartitionedNamespace
-    from partitioning.write import write_table
+    from partitioning.tables.write import write_table
 
     # the namespace an earlier ingest of this CSV made (Spark infers int columns)
     root = str(tmp_path / "ns")
@@ -95,7 +95,7 @@ def test_a_task_error_in_a_session_the_project_built_logs_no_stacks(tmp_path: Pa
     import pyarrow as pa
 
     from partitioning import PartitionedNamespace
-    from partitioning.write import write_table
+    from partitioning.tables.write import write_table
 
     big = PartitionedNamespace.create(str(tmp_path / "big"), pa.schema([("id", pa.int64()), ("c", pa.string())]), ["c"])
     write_table(big, pa.table({"id": list(range(200_000)), "c": [str(i % 5) for i in range(200_000)]}))

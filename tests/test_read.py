@@ -28,10 +28,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from partitioning.namespace import PartitionedNamespace, TableCommit
-from partitioning.write import write_table
-from pipelines.datasource import register_data_source
-from pipelines.read import read_partitioned
-from pipelines.write import write_partitioned
+from partitioning.tables.write import write_table
+from pipelines.read.datasource import register_data_source
+from pipelines.read.dataframe import read_partitioned
+from pipelines.write.dataframe import write_partitioned
 
 pytestmark = pytest.mark.slow
 

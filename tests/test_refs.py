@@ -11,9 +11,9 @@ from pyspark.sql import SparkSession
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import PartitioningError
-from partitioning.manifest import ManifestStore
-from partitioning.write import write_table
-from pipelines.read import read_partitioned
+from partitioning.storage.manifest import ManifestStore
+from partitioning.tables.write import write_table
+from pipelines.read.dataframe import read_partitioned
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 

@@ -13,13 +13,13 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification, InvalidInput
-from partitioning.maintenance import delete_rows, vacuum
-from partitioning.manifest import ManifestStore
-from partitioning.restore import restore
-from partitioning.write import write_table
+from partitioning.tables.maintenance import delete_rows, vacuum
+from partitioning.storage.manifest import ManifestStore
+from partitioning.tables.restore import restore
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned
-from pipelines.history import history
-from pipelines.history import restore as spark_restore
+from pipelines.maintenance.history import history
+from pipelines.maintenance.history import restore as spark_restore
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string())])
 

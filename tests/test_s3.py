@@ -37,9 +37,9 @@ from jobs import query as query_job
 from jobs import vacuum as vacuum_job
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, PartitioningError
-from partitioning.filters import Dialect
-from partitioning.join_plan import join_output_schema, local_join, plan_namespace_join
-from partitioning.maintenance import (
+from partitioning.sql.filters import Dialect
+from partitioning.plan.join import join_output_schema, local_join, plan_namespace_join
+from partitioning.tables.maintenance import (
     compact_local,
     delete_rows,
     drop_partitions,
@@ -47,17 +47,17 @@ from partitioning.maintenance import (
     plan_compaction,
     vacuum,
 )
-from partitioning.storage import (
+from partitioning.storage.roots import (
     arrow_filesystem_kwargs,
     filesystem_of,
     parse_storage_option_args,
     storage_option_pairs,
     storage_options_from,
 )
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
-from pipelines.join import join_partitioned_with_plan
-from pipelines.source_writer import LancePartitionedWriter
+from pipelines.read.join import join_partitioned_with_plan
+from pipelines.write.source_writer import LancePartitionedWriter
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("v", pa.int64())]

@@ -23,20 +23,20 @@ from pyspark.errors import PySparkException
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import CorruptNamespace, PartitioningError
-from partitioning.maintenance import (
+from partitioning.tables.maintenance import (
     compact_local,
     delete_rows,
     drop_partitions,
     optimize_manifest,
     vacuum,
 )
-from partitioning.manifest import ManifestStore, check_location, contained, location_problem
-from partitioning.restore import restore
-from partitioning.write import write_table
-from pipelines import maintenance as spark_maintenance
-from pipelines.read import read_partitioned
+from partitioning.storage.manifest import ManifestStore, check_location, contained, location_problem
+from partitioning.tables.restore import restore
+from partitioning.tables.write import write_table
+from pipelines.maintenance import operations as spark_maintenance
+from pipelines.read.dataframe import read_partitioned
 from pipelines.spark_errors import translate_spark_error
-from pipelines.write import write_partitioned
+from pipelines.write.dataframe import write_partitioned
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 ROWS = [(1, "a"), (2, "a"), (3, "b"), (4, "c")]

@@ -12,9 +12,9 @@ import re
 import pyarrow as pa
 
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned
-from pipelines.datasource import LancePartitionedDataSource
+from pipelines.read.datasource import LancePartitionedDataSource
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
 LOGGER = "lance_partitioned"

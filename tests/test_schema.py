@@ -17,7 +17,7 @@ from lance.namespace import DirectoryNamespace
 from lance_namespace import CreateNamespaceRequest, DescribeTableRequest, RegisterTableRequest
 
 from partitioning.errors import CorruptNamespace, SchemaError
-from partitioning.schema import NamespaceSchema
+from partitioning.spec.schema import NamespaceSchema
 
 FIELD_ID = "lance:field_id"
 

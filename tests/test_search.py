@@ -14,10 +14,10 @@ from search_data import DIM, brute_force, create, data_of, distances, index_all,
 
 from partitioning.errors import InvalidInput, SchemaError
 from partitioning.namespace import PartitionedNamespace, TableCommit
-from partitioning.search import search
-from partitioning.write import write_table
-from pipelines.datasource import register_data_source
-from pipelines.search import search_partitioned
+from partitioning.search.nearest import search
+from partitioning.tables.write import write_table
+from pipelines.read.datasource import register_data_source
+from pipelines.search.queries import search_partitioned
 
 FILTERS = {
     None: lambda d: None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source
 
 

@@ -24,11 +24,11 @@ from pyspark.sql import types as T
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, NamespaceNotFound
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
-from pipelines.datasource import LancePartitionedDataSource, PerScanPushdownDataSource
-from pipelines.join import LancePartitionedJoinDataSource
-from pipelines.maintenance import compact, delete_rows, drop_partitions
+from pipelines.read.datasource import LancePartitionedDataSource, PerScanPushdownDataSource
+from pipelines.read.join import LancePartitionedJoinDataSource
+from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
 from pipelines.session import check_root_for_master, is_relative_path, session_bound, session_master
 
 SCHEMA = pa.schema(

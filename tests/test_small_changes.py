@@ -1,4 +1,4 @@
-"""Small changes take the driver's path (pipelines.small): no Spark task reads or writes
+"""Small changes take the driver's path (pipelines.write.small): no Spark task reads or writes
 rows, the answers are those of the independent oracles, and what is too large, or cannot
 be sized, still goes through Spark's tasks."""
 
@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-import pipelines.rewrite as rewrite
-import pipelines.small as small
+import pipelines.write.rewrite as rewrite
+import pipelines.write.small as small
 from partitioning.errors import PartitioningError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import delete_rows, merge_partitioned, update_rows, write_partitioned
 from tests import merge_oracle as oracle
 
@@ -76,7 +76,7 @@ def no_tasks(monkeypatch: pytest.MonkeyPatch, spark: SparkSession) -> None:
 
     monkeypatch.setattr(rewrite, "_spark_rows", refused)
     monkeypatch.setattr(type(spark.range(1)), "mapInArrow", refused)
-    monkeypatch.setattr("pipelines.datasource.register_data_source", refused)
+    monkeypatch.setattr("pipelines.read.datasource.register_data_source", refused)
 
 
 def test_a_small_merge_update_delete_and_append_start_no_task(spark: SparkSession, tmp_path: Any, no_tasks: None):

@@ -16,7 +16,7 @@ SCRIPT = r"""
 import contextlib, io, json, os, sys
 import pyarrow as pa
 from partitioning import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from jobs import delete, evolve, vacuum
 
 root = sys.argv[1]

@@ -20,13 +20,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from partitioning import murmur3 as m3
-from partitioning.schema import NamespaceSchema
-from partitioning.spec import PartitionField
-from partitioning.transforms import parse_transform
-from pipelines import murmur3 as sm3
-from pipelines import transforms as stf
-from pipelines.schema import namespace_schema_from_spark, spark_schema
+from partitioning.spec import murmur3 as m3
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.partition_spec import PartitionField
+from partitioning.spec.transforms import parse_transform
+from pipelines.columns import murmur3 as sm3
+from pipelines.columns import transforms as stf
+from pipelines.columns.schema import namespace_schema_from_spark, spark_schema
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def test_python_workers_use_the_project_interpreter(spark):
 
 
 def test_seed_zero_trick_matches_the_spec_hash(spark):
-    """Spark's hash() is seed 42; hash(x0, c) re-seeds it to 0 (pipelines.murmur3)."""
+    """Spark's hash() is seed 42; hash(x0, c) re-seeds it to 0 (pipelines.columns.murmur3)."""
     row = (
         spark.range(1).select(F.hash(F.lit(sm3._X0)).alias("h0"), F.hash(F.lit(sm3._X0), F.lit(34)).alias("h")).first()
     )

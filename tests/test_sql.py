@@ -299,7 +299,7 @@ def test_a_statement_racing_a_write_to_what_it_read_commits_nothing(
             marker.write_text("1")
             import pyarrow as pa
 
-            from partitioning.write import write_table
+            from partitioning.tables.write import write_table
 
             schema = pa.schema([("id", pa.int64()), ("country", pa.string()), ("amount", pa.float64())])
             write_table(

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from partitioning.namespace import PartitionedNamespace
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import delete_rows, merge_partitioned, update_rows
 from tests import merge_oracle as oracle
 from tests.test_merge import COLUMNS, COMBINATIONS, CONDITIONS, SCHEMA, SOURCE, SPARK_SCHEMA, TARGET, _delta_merge

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 
 from partitioning import PartitionedNamespace, parse_partition_by
-from partitioning.schema import NamespaceSchema
+from partitioning.spec.schema import NamespaceSchema
 
 SCHEMA = pa.schema(
     [("ts", pa.timestamp("us", tz="UTC")), ("d", pa.date32()), ("country", pa.string()), ("user_id", pa.int64())]
 )
-LOGGER = "partitioning.spec"
+LOGGER = "partitioning.spec.partition_spec"
 
 
 def _logged(caplog: pytest.LogCaptureFixture, exprs: list[str]) -> list[str]:

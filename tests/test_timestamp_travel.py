@@ -16,8 +16,8 @@ from pyspark.errors import PySparkException
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
-from partitioning.history import version_at
-from partitioning.write import write_table
+from partitioning.storage.history import version_at
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string())])

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wide_namespace import START, day_rows, wide_namespace
 
-import partitioning.state as state_module
+import partitioning.state.namespace_state as state_module
 from partitioning import PartitionedNamespace, TableCommit
-from partitioning.commits import MAX_PARTITION_VALUE_BYTES
+from partitioning.state.commits import MAX_PARTITION_VALUE_BYTES
 from partitioning.errors import InvalidInput
-from partitioning.state import clear_state_cache
-from partitioning.write import write_table
+from partitioning.state.namespace_state import clear_state_cache
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("day", pa.date32()), ("country", pa.string()), ("v", pa.int64())])
 
@@ -134,7 +134,7 @@ def _same(a: Any, b: Any) -> bool:
 def test_find_partitions_matches_a_brute_force_scan(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, lean: bool, data: Any
 ) -> None:
-    if lean:  # the version read a few columns and rows at a time (partitioning.lean_rows)
+    if lean:  # the version read a few columns and rows at a time (partitioning.state.lean_rows)
         monkeypatch.setattr(state_module, "LEAN_MIN_ROWS", 0)
     first, second = data.draw(st.lists(st.sampled_from(sorted(TYPES)), min_size=2, max_size=2, unique=True))
     schema = pa.schema([("a", TYPES[first][0]), ("b", TYPES[second][0]), ("v", pa.int64())])
@@ -195,7 +195,7 @@ def test_a_binary_partition_value_over_the_limit_is_refused(tmp_path: Path) -> N
 
 
 def test_a_spark_write_with_a_partition_value_over_the_limit_fails_in_one_line(spark, tmp_path: Path) -> None:
-    from pipelines.write import write_partitioned
+    from pipelines.write.dataframe import write_partitioned
 
     root = str(tmp_path / "ns")
     PartitionedNamespace.create(root, SCHEMA, ["country"])
@@ -210,8 +210,8 @@ def test_a_new_table_committed_again_by_a_retry_holds_the_retry_rows_once(tmp_pa
     """A new partition's first commit needs no look at what is there: when a retried write
     commits the same new location again, Lance's Overwrite makes the next version with
     exactly the retry's fragments (read back with Lance at both versions)."""
-    from partitioning.schema import NamespaceSchema
-    from partitioning.tables import commit_version, write_new_fragments
+    from partitioning.spec.schema import NamespaceSchema
+    from partitioning.storage.datasets import commit_version, write_new_fragments
 
     arrow = pa.schema([("id", pa.int64()), ("c", pa.string())])
     schema = NamespaceSchema.from_arrow(arrow)

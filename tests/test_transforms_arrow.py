@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioning.errors import SpecError
-from partitioning.transforms import (
+from partitioning.spec.transforms import (
     BucketTransform,
     DayTransform,
     HourTransform,

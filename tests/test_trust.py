@@ -21,11 +21,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from partitioning import InvalidInput, PartitionedNamespace, PartitioningError
-from partitioning.maintenance import delete_rows as delete_rows_local
-from partitioning.write import write_table
-from pipelines.datasource import register_data_source
-from pipelines.maintenance import compact, delete_rows, drop_partitions
-from pipelines.read import read_partitioned
+from partitioning.tables.maintenance import delete_rows as delete_rows_local
+from partitioning.tables.write import write_table
+from pipelines.read.datasource import register_data_source
+from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
+from pipelines.read.dataframe import read_partitioned
 
 UTC = dt.UTC
 LA = "America/Los_Angeles"

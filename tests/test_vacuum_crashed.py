@@ -21,8 +21,8 @@ import pyarrow as pa
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.maintenance import compact_local, delete_rows, vacuum
-from partitioning.write import write_table
+from partitioning.tables.maintenance import compact_local, delete_rows, vacuum
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
 ZERO = dt.timedelta(0)

@@ -27,10 +27,10 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification
-from partitioning.leases import LEASE_DIR, LEASE_TTL, list_leases, write_lease
-from partitioning.maintenance import drop_partitions, vacuum
-from partitioning.manifest import ManifestStore
-from partitioning.write import FragmentWriter, add_partition_columns, commit_write, write_table
+from partitioning.storage.leases import LEASE_DIR, LEASE_TTL, list_leases, write_lease
+from partitioning.tables.maintenance import drop_partitions, vacuum
+from partitioning.storage.manifest import ManifestStore
+from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, write_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 DAY = dt.timedelta(hours=24)
@@ -235,7 +235,7 @@ def test_a_crashed_writers_lease_protects_until_it_expires(tmp_path: Path) -> No
     write_table(ns, _table([(1, "a")]))
     script = (
         "import sys, time\n"
-        "from partitioning.leases import write_lease\n"
+        "from partitioning.storage.leases import write_lease\n"
         "with write_lease(sys.argv[1]):\n"
         "    print('held', flush=True)\n"
         "    time.sleep(600)\n"
@@ -270,7 +270,7 @@ def test_a_spark_write_holds_a_lease_while_its_tasks_run(spark, tmp_path: Path) 
     DataFrame counts them into the rows it writes); after the commit it is gone."""
     from pyspark.sql import functions as F
 
-    from pipelines.write import write_partitioned
+    from pipelines.write.dataframe import write_partitioned
 
     root = str(tmp_path / "ns")
     PartitionedNamespace.create(root, SCHEMA, ["p"])
@@ -286,7 +286,7 @@ def test_a_data_source_write_holds_a_lease_while_its_tasks_run(spark, tmp_path: 
     lease, its tasks see it live while they write, and commit removes it."""
     from pyspark.sql import functions as F
 
-    from pipelines.datasource import register_data_source
+    from pipelines.read.datasource import register_data_source
 
     root = str(tmp_path / "ns")
     PartitionedNamespace.create(root, SCHEMA, ["p"])
@@ -302,7 +302,7 @@ def test_a_failed_data_source_write_removes_its_lease(spark, tmp_path: Path) -> 
     """A task that fails: Spark aborts the write, nothing is committed, the lease goes."""
     from pyspark.sql import functions as F
 
-    from pipelines.datasource import register_data_source
+    from pipelines.read.datasource import register_data_source
 
     root = str(tmp_path / "ns")
     PartitionedNamespace.create(root, SCHEMA, ["p"])
@@ -317,7 +317,7 @@ def test_a_failed_data_source_write_removes_its_lease(spark, tmp_path: Path) -> 
 
 def test_compaction_holds_a_lease_until_its_commit(tmp_path: Path, monkeypatch) -> None:
     """compact_local rewrites under a lease: seen live while the new fragments are written."""
-    import partitioning.maintenance as maintenance
+    import partitioning.tables.maintenance as maintenance
 
     root = str(tmp_path / "ns")
     ns = PartitionedNamespace.create(root, SCHEMA, ["p"])
@@ -350,7 +350,7 @@ def test_a_task_refresh_racing_the_release_does_not_revive_the_lease(tmp_path: P
     then lost the race to its removal, must not leave a lease behind (it would hold vacuum
     back for LEASE_TTL). The race is forced: the release runs between the task's check and
     its write."""
-    from partitioning import leases
+    from partitioning.storage import leases
 
     root = str(tmp_path / "ns")
     PartitionedNamespace.create(root, SCHEMA, ["p"])

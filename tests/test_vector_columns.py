@@ -17,12 +17,12 @@ from pyspark.sql import types as T
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, SchemaError
-from partitioning.schema import NamespaceSchema
-from partitioning.vectors import cast_vectors, is_vector_type, spark_facing_type, vector_dimension
-from partitioning.write import write_table
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.vectors import cast_vectors, is_vector_type, spark_facing_type, vector_dimension
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
-from pipelines.join import join_partitioned_with_plan
-from pipelines.schema import spark_schema
+from pipelines.read.join import join_partitioned_with_plan
+from pipelines.columns.schema import spark_schema
 
 DIM = 4
 RNG = np.random.default_rng(13)

@@ -25,10 +25,10 @@ from pyspark.sql import types as T
 
 from partitioning.errors import NamespaceAlreadyExists, SchemaError, SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.schema import FIELD_ID_KEY
-from partitioning.transforms import parse_transform
-from partitioning.write import write_table
-from pipelines.write import write_partitioned
+from partitioning.spec.schema import FIELD_ID_KEY
+from partitioning.spec.transforms import parse_transform
+from partitioning.tables.write import write_table
+from pipelines.write.dataframe import write_partitioned
 
 pytestmark = pytest.mark.slow
 

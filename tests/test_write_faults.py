@@ -15,9 +15,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from partitioning import PartitionedNamespace, PartitioningError
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 from pipelines import register_data_source
-from pipelines.write import write_partitioned
+from pipelines.write.dataframe import write_partitioned
 
 pytestmark = pytest.mark.slow
 

@@ -23,13 +23,13 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-import pipelines.write as pw
+import pipelines.write.dataframe as pw
 from partitioning import NamespaceSchema, PartitionField, PartitionSpec
 from partitioning.errors import SchemaError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.schema import field_id_of
-from partitioning.write import FragmentWriter, commit_write, part_column, write_table
-from pipelines.write import write_partitioned
+from partitioning.spec.schema import field_id_of
+from partitioning.tables.write import FragmentWriter, commit_write, part_column, write_table
+from pipelines.write.dataframe import write_partitioned
 
 # The layout of Spark's write tasks: small inputs here must not take the driver's path.
 pytestmark = pytest.mark.usefixtures("spark_tasks")
@@ -320,7 +320,7 @@ def test_a_dataframe_that_fits_the_namespace_is_written_without_a_projection(spa
     """No projection when the columns, their order and types are the namespace's; a nullable
     source going into a non-nullable column is still checked (Spark drops the check only for
     a source that cannot be NULL), and columns in another order are still matched by name."""
-    from pipelines.write import conform_dataframe
+    from pipelines.write.dataframe import conform_dataframe
 
     root = str(tmp_path / "ns")
     arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])

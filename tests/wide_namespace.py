@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from partitioning import PartitionedNamespace, TableCommit
-from partitioning.write import write_table
+from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("day", pa.date32()), ("country", pa.string()), ("v", pa.int64())])
 START = dt.date(2025, 1, 1)

@@ -14,7 +14,7 @@ import org.slf4j.LoggerFactory;
 /**
  * How the JVM layer reaches the project's Python engine: every call goes through a fresh
  * {@link PythonDataSourceV2} of the Python source {@code lance_partitioned_py}
- * (pipelines/bridge.py), so no scan, write or catalog call ever shares another's state.
+ * (pipelines/jvm/source.py), so no scan, write or catalog call ever shares another's state.
  * A call is the source's {@code schema()} with {@code lp.call} set; its answer is JSON in
  * the returned schema's metadata.
  */
@@ -64,7 +64,7 @@ final class Bridge {
     return active.isDefined() ? active.get().sparkContext().master() : null;
   }
 
-  /** Whether the session's client is Spark Connect (set by pipelines.datasource.jvm_layer). */
+  /** Whether the session's client is Spark Connect (set by pipelines.read.datasource.jvm_layer). */
   static boolean connect() {
     return "true".equals(org.apache.spark.sql.internal.SQLConf.get().getConfString(CONNECT_CONF, "false"));
   }

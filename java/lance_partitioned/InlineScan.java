@@ -25,7 +25,7 @@ import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * A small plan's rows, read by the Python side while it planned (pipelines/bridge.py
+ * A small plan's rows, read by the Python side while it planned (pipelines/jvm/source.py
  * {@code inline_rows}) and carried here as an Arrow IPC stream. One JVM task turns them into
  * rows: no Python worker reads a table, and {@code EXPLAIN} still shows the scan with its
  * pushed predicates and pruning.

@@ -32,7 +32,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@code spark.sql.catalog.lance.warehouse=<root>} (and {@code .storage.<key>} for an object
  * store). A namespace is a directory, a table the partitioned namespace at
  * {@code <warehouse>/<namespace>/<table>}; every call is made by the Python side
- * (pipelines/bridge_catalog.py), and each load reads the latest {@code __manifest} version
+ * (pipelines/jvm/catalog.py), and each load reads the latest {@code __manifest} version
  * (or {@code VERSION AS OF} / {@code TIMESTAMP AS OF}), so the schema is never stale: a
  * description is reused only while a local root's latest version file is the one it read.
  */

@@ -36,7 +36,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * row id is {@code _lance_rowaddr}, the metadata {@code _lance_table}. Spark reads the target
  * through this operation's scan (which records the tables and versions it read), computes
  * the changes, and hands each task's rows to the bridge writer, which passes them, tagged
- * with their operation, to the Python writer (pipelines/bridge_write.py): new rows become
+ * with their operation, to the Python writer (pipelines/jvm/write.py): new rows become
  * fragments, rows that go become deletion vectors, and the driver makes ONE
  * {@code __manifest} commit, refused if a table the statement read changed since.
  */

@@ -22,7 +22,7 @@ import org.apache.spark.sql.types.StructType;
 /**
  * {@code INSERT INTO}, {@code INSERT OVERWRITE} (static: every partition; dynamic: those in
  * the rows; with a condition on identity partition columns: the partitions it selects) and
- * DataFrame writes, all by the Python writer (pipelines/bridge_write.py), which the layer
+ * DataFrame writes, all by the Python writer (pipelines/jvm/write.py), which the layer
  * builds only when Spark asks for the writer factory, from this write's own options.
  */
 final class LanceWriteBuilder implements SupportsTruncate, SupportsOverwriteV2, SupportsDynamicOverwrite {

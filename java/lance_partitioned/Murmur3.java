@@ -6,7 +6,7 @@ import org.apache.spark.sql.api.java.UDF1;
  * murmur3 x86_32 with seed 0 of a byte array (SPEC-NOTES 7), as a signed int; NULL for NULL.
  *
  * <p>Spark's own hash() treats the trailing 1-3 bytes differently from the reference
- * algorithm; this is the reference algorithm. pipelines/murmur3.py registers it as a Java
+ * algorithm; this is the reference algorithm. pipelines/columns/murmur3.py registers it as a Java
  * UDF when the jar is on the classpath and hashes strings and binaries with it.
  */
 public final class Murmur3 implements UDF1<byte[], Integer> {

@@ -24,7 +24,7 @@ import org.apache.spark.sql.types.ShortType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * Spark's V2 predicates as JSON for the Python side (partitioning/predicates.py), and which
+ * Spark's V2 predicates as JSON for the Python side (partitioning/sql/predicates.py), and which
  * of them a scan applies itself, exactly: those on identity partition columns only, with
  * operators and literal types the Python evaluator follows Spark on. Every other predicate
  * stays Spark's and only prunes.

@@ -1,0 +1,480 @@
+"""``__manifest`` commits of a namespace: record, replace and remove partition tables.
+
+Every commit also rewrites the ``v<N>`` row of each spec version it touches (the lock
+rows), so any two commits based on the same manifest version conflict and the second
+must be rebased. The ``v<N>`` rows also remember the write ids of recent commits.
+The :class:`~partitioning.namespace.PartitionedNamespace` methods of the same names call
+these functions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from functools import partial
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
+from partitioning.storage.guard import Guard, Reference, guarded
+from partitioning.storage.history import Operation
+from partitioning.storage.intents import INTENT_KEY, Intent, IntentWait, blocking, intents_in, wait_until_released, with_intents
+from partitioning.storage.locations import object_id_from_location, seed_named, spec_id_of
+from partitioning.storage.manifest import ManifestStore, partition_column, table_uri
+from partitioning.state.namespace_state import ManifestHandle, NamespaceState, TableCommit, state_after_merge, state_after_rewrite
+from partitioning.spec.transforms import canonical_float
+from partitioning.state.upkeep import fold_merge, maybe_compact_manifest
+
+__all__ = [
+    "DEFAULT_COMMIT_RETRIES",
+    "MAX_PARTITION_VALUE_BYTES",
+    "WRITE_IDS_PROPERTY",
+    "WRITE_ID_HISTORY",
+    "check_partition_value_sizes",
+    "commit_metadata",
+    "commit_once",
+    "commit_rows",
+    "commit_tables",
+    "committed_write_ids",
+    "lock_rows",
+    "merge_manifest_rows",
+    "remove_tables",
+]
+
+DEFAULT_COMMIT_RETRIES = 8
+MAX_PARTITION_VALUE_BYTES = 1024
+WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
+WRITE_ID_HISTORY = 100
+
+
+def merge_manifest_rows(
+    store: ManifestStore,
+    base: lance.LanceDataset,
+    rows: pa.Table,
+    operation: Operation | None,
+    *,
+    delete_other_partitions: bool = False,
+    delete_ids: Sequence[str] = (),
+    delete_others: bool = False,
+) -> int:
+    """:meth:`ManifestStore.merge_rows` recording ``operation`` in the commit's Lance
+    transaction properties (:mod:`partitioning.storage.history`). Returns the new version."""
+    committed = store.merge_rows(
+        base,
+        rows,
+        delete_other_partitions=delete_other_partitions,
+        delete_ids=delete_ids,
+        delete_others=delete_others,
+        transaction_properties=operation.properties() if operation is not None else None,
+    )
+    maybe_compact_manifest(committed, storage_options=store.storage_options)
+    return int(committed.version)
+
+
+def commit_metadata(
+    store: ManifestStore,
+    base: lance.LanceDataset,
+    properties: Mapping[str, str | None],
+    operation: Operation | None,
+    *,
+    replace: bool = False,
+) -> int:
+    """:meth:`ManifestStore.update_metadata` on ``base`` recording ``operation``; ``replace``
+    drops every key not in ``properties``. Returns the version."""
+    recorded = operation.properties() if operation is not None else None
+    return store.update_metadata(properties, base=base, replace=replace, transaction_properties=recorded)
+
+
+def commit_tables(
+    ns: ManifestHandle, commits: Iterable[TableCommit], *, max_retries: int, operation: Operation | None = None
+) -> int:
+    """``ns.commit_once`` on the latest manifest, retried up to ``max_retries`` times on conflicts."""
+    requested = list(commits)
+    last_error: ConcurrentModification | None = None
+    for _ in range(max_retries + 1):
+        ns.refresh()
+        try:
+            return ns.commit_once(requested, operation=operation)
+        except ConcurrentModification as exc:
+            last_error = exc
+    raise ConcurrentModification(
+        f"__manifest commit at {ns.root} failed after {max_retries + 1} attempts "
+        f"because of concurrent writers: {last_error}"
+    ) from last_error
+
+
+def commit_once(
+    ns: ManifestHandle,
+    commits: Sequence[TableCommit],
+    *,
+    replace_all: bool,
+    write_id: str | None,
+    operation: Operation | None = None,
+    naming_seed: bytes | None = None,
+    guard: Guard | None = None,
+    intent: Intent | None = None,
+    remove: Sequence[str] = (),
+) -> int:
+    """One optimistic commit of ``commits`` on the state ``ns`` last read, recording
+    ``operation`` (:mod:`partitioning.storage.history`); the new manifest version. ``remove``: ids
+    of other tables this commit removes (with the namespaces they leave empty), as an
+    overwrite of the partitions a condition selects does.
+
+    Another operation's live intent (:mod:`partitioning.storage.intents`) on a table ``commits``
+    touch (or on any table, when ``commits`` create one) makes this commit wait for it to
+    end and then raise :class:`~partitioning.storage.intents.IntentWait`, so the caller rebases.
+    ``intent`` is the committer's own: it is not waited for, and this commit removes it.
+
+    The commit goes through the protected path (:mod:`partitioning.storage.guard`): ``guard`` is
+    the operation's (whose lease it took before reading what it builds on); without one,
+    a guard of its own is taken for the commit. Either way, right before the ``__manifest``
+    commit it waits for vacuums that may not have seen the lease and, if one ran, checks
+    every table version ``commits`` point at.
+
+    ``naming_seed``: the secret seed the write named its new partitions with, given only
+    while nothing of the write can be in ``__manifest`` yet (a write's first attempt). The
+    ids and locations it named (:func:`partitioning.storage.locations.seed_named`) are then known
+    to be in no row, so they are not looked up: a new partition's commit reads neither
+    the ``object_id`` nor the ``location`` column of a large manifest."""
+    state = ns._state
+    fresh = _seed_named(state, commits, naming_seed)
+    touched = {c.object_id or object_id_from_location(c.location) for c in commits} | set(remove)
+    _wait_for_intents(
+        ns, touched, lambda: replace_all or bool(touched - set(state.rows_for(touched - fresh[0]))), intent
+    )
+    if replace_all or intent is not None:
+        spec_ids = set(state.specs)
+    else:
+        spec_ids = {c.spec_id for c in commits} | {spec_id_of(oid) for oid in remove}
+        spec_ids = (spec_ids & set(state.specs)) or {state.current_spec.spec_id}
+    base = ns._store.dataset(state.version)
+    rows = commit_rows(state, commits, base.schema.names, fresh=fresh)
+    rows.extend(lock_rows(state, spec_ids, write_id, clear_intent=intent.token if intent is not None else None))
+    table = pa.Table.from_pylist(rows, schema=base.schema)
+    refs = [
+        Reference(oid, table_uri(ns.root, oid, c.location), c.read_version)
+        for c in commits
+        for oid in [c.object_id or object_id_from_location(c.location)]
+    ]
+    doomed = _removed_with_namespaces(
+        state, remove, {c.object_id or object_id_from_location(c.location) for c in commits}
+    )
+    with _guard_of(ns, guard) as g:
+        g.before_commit(refs)
+        return _commit(ns, base, table, operation, replace_all=replace_all, fresh_ids=fresh[0], delete_ids=doomed)
+
+
+def _removed_with_namespaces(state: NamespaceState, remove: Sequence[str], kept: set[str]) -> list[str]:
+    """``remove`` (tables not in ``kept``) and the namespace rows they alone keep alive."""
+    doomed = set(remove) - kept
+    if not doomed:
+        return []
+    tables = [
+        r["object_id"] for r in state.rows if r["object_type"] == "table" and spec_id_of(r["object_id"]) in state.specs
+    ]
+    remaining = [oid for oid in tables if oid not in doomed] + sorted(kept)
+    live = {oid.rsplit("$", k)[0] for oid in remaining for k in range(1, oid.count("$"))}
+    empty = {oid.rsplit("$", k)[0] for oid in doomed for k in range(1, oid.count("$"))} - live
+    return sorted(doomed | empty)
+
+
+def _wait_for_intents(ns: ManifestHandle, touched: set[str], creates: Callable[[], bool], own: Intent | None) -> None:
+    """Wait for a live intent of another operation that this commit would break, then raise
+    :class:`IntentWait` (the caller rebases on the state after it)."""
+    now = dt.datetime.now(dt.UTC)
+    live = [i for i in _intents(ns._state) if i.live(now) and (own is None or i.token != own.token)]
+    if not live:
+        return
+    held = blocking(live, touched, creates(), own, now)
+    if held is None:
+        return
+
+    def still_held() -> bool:
+        ns.refresh()
+        return held.token in {i.token for i in _intents(ns._state)}
+
+    waited = wait_until_released(held, still_held)
+    raise IntentWait(
+        f"waited {waited:.1f} s for the {held.what} holding partition tables of {ns.root} "
+        f"(intent {held.token}); committing again on the state after it"
+    )
+
+
+def _intents(state: NamespaceState) -> list[Intent]:
+    return intents_in(state.rows_for(f"v{spec_id}" for spec_id in state.specs).values())
+
+
+def take_intent(
+    ns: ManifestHandle, tables: Iterable[str], duration: dt.timedelta, *, what: str, operation: Operation
+) -> Intent:
+    """Commit an intent on ``tables`` for ``duration`` (on every ``v<N>`` lock row, based on the
+    state ``ns`` last read); :class:`ConcurrentModification` if another commit got in first."""
+    now = dt.datetime.now(dt.UTC)
+    intent = Intent(secrets.token_hex(8), frozenset(tables), now, now + duration, what)
+    state = ns._state
+    base = ns._store.dataset(state.version)
+    rows = lock_rows(state, state.specs, None, add_intent=intent)
+    _commit(ns, base, pa.Table.from_pylist(rows, schema=base.schema), operation)
+    return intent
+
+
+def release_intent(ns: ManifestHandle, intent: Intent, *, operation: Operation, attempts: int = 4) -> None:
+    """Remove ``intent`` (its holder gives up); best effort: it lapses at its ``until`` anyway."""
+    for _ in range(attempts):
+        ns.refresh()
+        state = ns._state
+        if intent.token not in {i.token for i in _intents(state)}:
+            return
+        base = ns._store.dataset(state.version)
+        rows = lock_rows(state, state.specs, None, clear_intent=intent.token)
+        try:
+            _commit(ns, base, pa.Table.from_pylist(rows, schema=base.schema), operation)
+            return
+        except ConcurrentModification:
+            continue
+
+
+def _guard_of(ns: ManifestHandle, guard: Guard | None) -> AbstractContextManager[Guard]:
+    """``guard`` itself, or a guard taken for this commit alone."""
+    return nullcontext(guard) if guard is not None else guarded(ns.root, ns._store.storage_options)
+
+
+def remove_tables(
+    ns: ManifestHandle, object_ids: Sequence[str], *, operation: Operation | None = None, guard: Guard | None = None
+) -> int:
+    """Remove tables, and namespaces left without tables, in one optimistic commit (on the
+    protected path, as :func:`commit_once`; it references no new table version)."""
+    state = ns._state
+    doomed = set(object_ids)
+    _wait_for_intents(ns, doomed, lambda: False, None)
+    tables = {
+        r["object_id"]: spec_id_of(r["object_id"])
+        for r in state.rows
+        if r["object_type"] == "table" and spec_id_of(r["object_id"]) in state.specs
+    }
+    unknown = sorted(doomed - set(tables))
+    if unknown:
+        raise TableNotFound(f"no partition table {unknown[0]!r} in {ns.root}")
+    remaining = [oid for oid in tables if oid not in doomed]
+    live = {oid.rsplit("$", k)[0] for oid in remaining for k in range(1, oid.count("$"))}
+    empty = {oid.rsplit("$", k)[0] for oid in doomed for k in range(1, oid.count("$"))} - live
+    spec_ids = {tables[oid] for oid in doomed} or {state.current_spec.spec_id}
+    base = ns._store.dataset(state.version)
+    rows = pa.Table.from_pylist(lock_rows(state, spec_ids, None), schema=base.schema)
+    with _guard_of(ns, guard) as g:
+        g.before_commit()
+        return _commit(ns, base, rows, operation, delete_ids=sorted(doomed | empty))
+
+
+def _commit(
+    ns: ManifestHandle,
+    base: lance.LanceDataset,
+    rows: pa.Table,
+    operation: Operation | None,
+    *,
+    replace_all: bool = False,
+    delete_ids: Sequence[str] = (),
+    fresh_ids: frozenset[str] = frozenset(),
+) -> int:
+    """Commit ``rows`` on ``base`` (folded when small, :func:`partitioning.state.upkeep.fold_merge`,
+    else Lance's ``merge_insert``), take the new state from ``ns``'s, then compact
+    ``__manifest`` if it is due (which never fails the commit). Returns the commit's version.
+    ``fresh_ids`` are in no row of ``base`` (see :func:`commit_once`)."""
+    props = operation.properties() if operation is not None else None
+    state = ns._state
+    known = None
+    if state.version == base.version:
+        known = partial(_addresses_of, state, fresh_ids)
+    committed = (
+        None
+        if replace_all
+        else fold_merge(base, rows, delete_ids=delete_ids, transaction_properties=props, addresses=known)
+    )
+    if committed is None:
+        committed = ns._store.merge_rows(
+            base, rows, delete_other_partitions=replace_all, delete_ids=delete_ids, transaction_properties=props
+        )
+    ns._state = state_after_merge(state, committed, rows, delete_ids=delete_ids, delete_other_partitions=replace_all)
+    version = int(committed.version)
+    done = maybe_compact_manifest(committed, storage_options=ns._store.storage_options)
+    if done is not None:
+        ns._state = state_after_rewrite(ns._state, done.dataset)
+    return version
+
+
+def _addresses_of(state: NamespaceState, fresh_ids: frozenset[str], object_ids: Sequence[str]) -> dict[str, int] | None:
+    return state.addresses_of([i for i in object_ids if i not in fresh_ids])
+
+
+def committed_write_ids(state: NamespaceState) -> set[str]:
+    """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
+    ids: set[str] = set()
+    locks = state.rows_for(f"v{spec_id}" for spec_id in state.specs)
+    for spec_id in state.specs:
+        ids.update(_write_ids(locks.get(f"v{spec_id}")))
+    return ids
+
+
+def lock_rows(
+    state: NamespaceState,
+    spec_ids: Iterable[int],
+    write_id: str | None,
+    *,
+    add_intent: Intent | None = None,
+    clear_intent: str | None = None,
+) -> list[dict[str, Any]]:
+    """The ``v<N>`` rows of ``spec_ids`` to rewrite in a commit, remembering ``write_id`` if
+    given; intents (:mod:`partitioning.storage.intents`): ``add_intent`` recorded, ``clear_intent`` and
+    lapsed ones dropped."""
+    out = []
+    wanted = sorted(spec_ids)
+    locks = state.rows_for(f"v{spec_id}" for spec_id in wanted)
+    now = dt.datetime.now(dt.UTC)
+    for spec_id in wanted:
+        row = dict(locks[f"v{spec_id}"])
+        props = json.loads(row.get("metadata") or "{}")
+        if INTENT_KEY in props or add_intent is not None:
+            props = with_intents(props, add=add_intent, remove=clear_intent, now=now)
+        if write_id is not None:
+            recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
+            props[WRITE_IDS_PROPERTY] = json.dumps([*recent, write_id])
+        row["metadata"] = json.dumps(props, separators=(",", ":"), sort_keys=True)
+        out.append(row)
+    return out
+
+
+def check_partition_value_sizes(field_ids: Sequence[str], key: Sequence[Any]) -> None:
+    """Refuse a string or binary partition value longer than :data:`MAX_PARTITION_VALUE_BYTES`:
+    every partition value is copied into the manifest, which every load and commit reads."""
+    for fid, value in zip(field_ids, key, strict=True):
+        size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else None
+        if isinstance(value, bytes | bytearray):
+            size = len(value)
+        if size is not None and size > MAX_PARTITION_VALUE_BYTES:
+            raise InvalidInput(
+                f"partition field {fid!r}: a value of {size:,} bytes is longer than the limit of "
+                f"{MAX_PARTITION_VALUE_BYTES:,} bytes for partition values (each is stored in __manifest); "
+                f"partition by bucket[N] or truncate[W] of the column instead"
+            )
+
+
+def _seed_named(
+    state: NamespaceState, commits: Sequence[TableCommit], seed: bytes | None
+) -> tuple[frozenset[str], frozenset[str]]:
+    """The ids and locations of ``commits`` that ``seed`` named (none without a seed)."""
+    ids: set[str] = set()
+    locations: set[str] = set()
+    if seed is None:
+        return frozenset(), frozenset()
+    for c in commits:
+        if c.object_id is None:
+            continue
+        spec = state.spec(c.spec_id)
+        key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
+        named, location_named = seed_named(seed, key, c.object_id, c.location)
+        ids.update(named)
+        if location_named:
+            locations.add(c.location)
+    return frozenset(ids), frozenset(locations)
+
+
+def commit_rows(
+    state: NamespaceState,
+    commits: Sequence[TableCommit],
+    names: Sequence[str],
+    *,
+    fresh: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
+) -> list[dict[str, Any]]:
+    """The table rows of ``commits`` and the namespace rows above them (``names``: the manifest
+    columns). Only the manifest rows these commits touch are decoded (:mod:`partitioning.state.lookup`);
+    ``fresh`` ids and locations (:func:`commit_once`'s ``naming_seed``) are known to be in no row."""
+    keyed = []
+    for c in commits:
+        spec = state.spec(c.spec_id)
+        key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
+        check_partition_value_sizes(spec.field_ids, key)
+        keyed.append((c, spec, key, c.object_id or object_id_from_location(c.location)))
+    current: dict[tuple[int, Any], Any] = {}
+    for spec_id in {c.spec_id for c in commits}:
+        found = state.find_tables(spec_id, [key for c, _, key, _ in keyed if c.spec_id == spec_id])
+        current.update({(spec_id, k): t for k, t in found.items()})
+    touched = {oid for *_, oid in keyed}
+    touched.update("$".join(oid.split("$")[: level + 1]) for oid in list(touched) for level in range(1, oid.count("$")))
+    fresh_ids, fresh_locations = fresh
+    existing = state.rows_for(touched - fresh_ids)
+    _check_new_locations(state, keyed, existing, fresh_locations)
+    out: dict[str, dict[str, Any]] = {}
+    for c, spec, key, object_id in keyed:
+        table = current.get((c.spec_id, key))
+        if table is not None and table.object_id != object_id:
+            raise ConcurrentModification(
+                f"partition {dict(zip(spec.field_ids, key, strict=True))} of spec v{c.spec_id} was created "
+                f"concurrently at {table.location}; data written to {c.location} was not committed"
+            )
+        parts = object_id.split("$")
+        for level in range(1, len(parts) - 1):
+            ns_id = "$".join(parts[: level + 1])
+            if ns_id in out:
+                continue
+            row = dict(existing.get(ns_id) or dict.fromkeys(names))
+            row.update(object_id=ns_id, object_type="namespace", metadata="{}")
+            for f, v in zip(spec.fields[:level], key[:level], strict=True):
+                row[partition_column(f.field_id)] = v
+            out[ns_id] = row
+        if object_id in out and out[object_id]["location"] != c.location:
+            raise InvalidInput(
+                f"one commit gives table {object_id} two locations: {out[object_id]['location']}, {c.location}"
+            )
+        previous = existing.get(object_id, {}).get("read_version")
+        if previous is not None and previous > c.read_version:
+            raise ConcurrentModification(
+                f"refusing to lower read_version of {object_id} from {previous} to {c.read_version}"
+            )
+        row = dict(existing.get(object_id) or dict.fromkeys(names))
+        row.update(
+            object_id=object_id,
+            object_type="table",
+            location=c.location,
+            metadata=row.get("metadata") or "{}",
+            read_version=c.read_version,
+            read_branch=None,
+            read_tag=None,
+        )
+        for f, v in zip(spec.fields, key, strict=True):
+            row[partition_column(f.field_id)] = v
+        out[object_id] = row
+    return list(out.values())
+
+
+def _check_new_locations(
+    state: NamespaceState,
+    keyed: Sequence[tuple[TableCommit, Any, Any, str]],
+    existing: Mapping[str, Mapping[str, Any]],
+    fresh_locations: frozenset[str],
+) -> None:
+    """No location a commit gives a table (a new table, or a moved one; ``existing``: the
+    rows the tables have now) may be another manifest row's (two rows sharing a directory);
+    ``fresh_locations`` are known to be in no row."""
+    wanted = {
+        c.location: oid
+        for c, _, _, oid in keyed
+        if (existing.get(oid) or {}).get("location") != c.location and c.location not in fresh_locations
+    }
+    for oid, location in state.location_holders(wanted):
+        if wanted[location] != oid:
+            raise ConcurrentModification(
+                f"location {location!r} is already table {oid!r}'s; data written there for {wanted[location]!r} "
+                "was not committed"
+            )
+
+
+def _write_ids(row: Mapping[str, Any] | None) -> list[str]:
+    if not row or not row.get("metadata"):
+        return []
+    props = json.loads(row["metadata"])
+    return list(json.loads(props.get(WRITE_IDS_PROPERTY, "[]")))

@@ -1,0 +1,148 @@
+"""Scan planning: the partition tables a filter must read, at their recorded versions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from partitioning.errors import CorruptNamespace
+from partitioning.sql.filters import Filter, TrueFilter, to_sql
+from partitioning.storage.manifest import partition_column, table_uri
+from partitioning.state.pruning import partition_condition
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.partition_spec import PartitionSpec
+
+__all__ = ["ScanPlan", "ScanTask", "plan_tables", "table_rows_by_spec"]
+
+TASK_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One partition table to read, at its ``read_version`` (or branch/tag), with the residual filter."""
+
+    object_id: str
+    location: str
+    uri: str
+    spec_id: int
+    read_version: int | None
+    read_branch: str | None
+    read_tag: str | None
+    residual: str | None
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """The pruned list of tasks plus what was pruned, per spec version."""
+
+    tasks: tuple[ScanTask, ...]
+    total: dict[int, int]
+    kept: dict[int, int]
+    filter: Filter
+    manifest_version: int
+
+    def __iter__(self) -> Iterator[ScanTask]:
+        return iter(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, i: int) -> ScanTask:
+        return self.tasks[i]
+
+    @property
+    def summary(self) -> str:
+        per_spec = ", ".join(f"spec v{s}: {self.kept.get(s, 0)}/{n}" for s, n in sorted(self.total.items()))
+        return (
+            f"lance_partitioned: scanning {len(self.tasks)} of {sum(self.total.values())} partition tables "
+            f"({per_spec}) at __manifest v{self.manifest_version}"
+        )
+
+    def __str__(self) -> str:
+        residual = to_sql(self.filter) or "(none)"
+        lines = [self.summary, f"residual filter: {residual}", f"{'spec':>4}  {'read_version':>12}  object_id"]
+        lines.extend(f"{'v' + str(t.spec_id):>4}  {t.read_version!s:>12}  {t.object_id}" for t in self.tasks)
+        return "\n".join(lines)
+
+
+def table_rows_by_spec(manifest: pa.Table, specs: Mapping[int, PartitionSpec]) -> dict[int, pa.Table]:
+    """Per spec version in ``specs``, its table rows (``object_type`` 'table', ``object_id``
+    ``v<N>$...``) with only the columns planning reads: :data:`TASK_COLUMNS` and that spec's
+    ``partition_field_*`` columns, in manifest order."""
+    partition_columns = {s: [partition_column(f.field_id) for f in spec.fields] for s, spec in specs.items()}
+    is_table = pc.equal(manifest.column("object_type"), "table")
+    ids = manifest.column("object_id")
+    if pc.any(pc.starts_with(ids, "v0")).as_py():
+        # a foreign writer's "v01$..." is spec 1 (partitioning.storage.locations.spec_id_of); a regex costs more
+        digits = pc.struct_field(pc.extract_regex(ids, r"^v(?P<n>\d+)\$"), "n")
+        spec_of = pc.utf8_ltrim(digits, characters="0")
+        masks = {s: pc.fill_null(pc.equal(spec_of, str(s)), False) for s in partition_columns}
+    else:
+        masks = {s: pc.starts_with(ids, f"v{s}$") for s in partition_columns}
+    return {
+        s: manifest.select([*TASK_COLUMNS, *cols]).filter(pc.and_(is_table, masks[s]))
+        for s, cols in partition_columns.items()
+    }
+
+
+def plan_tables(
+    root: str,
+    manifest: pa.Table,
+    specs: dict[int, PartitionSpec],
+    schema: NamespaceSchema,
+    f: Filter,
+    manifest_version: int,
+    *,
+    residual: str | None = None,
+    table_rows: Mapping[int, pa.Table] | None = None,
+) -> ScanPlan:
+    """Prune the manifest's table rows with the bound filter ``f``, spec version by spec version.
+
+    ``residual`` is the filter text the tasks carry (default: ``f`` rendered as SQL).
+    ``table_rows`` is :func:`table_rows_by_spec` of ``manifest`` if the caller keeps it
+    (:attr:`partitioning.state.namespace_state.NamespaceState.table_rows`); otherwise it is computed here.
+    Pruning is one Arrow filter per spec version over those columns; Python objects are
+    built only for the rows kept. Every kept row's ``location`` is checked
+    (:func:`partitioning.storage.manifest.check_location`) before it becomes a task; rows pruned
+    away are never followed, so they are not.
+    """
+    if residual is None and not isinstance(f, TrueFilter):
+        residual = to_sql(f)
+    by_spec = table_rows if table_rows is not None else table_rows_by_spec(manifest, specs)
+    tasks: list[ScanTask] = []
+    total: dict[int, int] = {}
+    kept: dict[int, int] = {}
+    owner: dict[str, str] = {}
+    for spec_id, spec in sorted(specs.items()):
+        rows = by_spec[spec_id]
+        total[spec_id] = rows.num_rows
+        condition = partition_condition(f, spec, schema)
+        if condition is not None and rows.num_rows:
+            rows = rows.filter(condition)
+        kept[spec_id] = rows.num_rows
+        columns = [rows.column(c).to_pylist() for c in TASK_COLUMNS]
+        for object_id, location, read_version, read_branch, read_tag in zip(*columns, strict=True):
+            uri = table_uri(root, object_id, location)
+            other = owner.setdefault(location, object_id)
+            if other != object_id:
+                raise CorruptNamespace(
+                    f"__manifest table rows {other!r} and {object_id!r} both have location {location!r}; "
+                    "remove one with PartitionedNamespace.remove_tables"
+                )
+            tasks.append(
+                ScanTask(
+                    object_id=object_id,
+                    location=location,
+                    uri=uri,
+                    spec_id=spec_id,
+                    read_version=read_version,
+                    read_branch=read_branch,
+                    read_tag=read_tag,
+                    residual=residual,
+                )
+            )
+    tasks.sort(key=lambda t: t.object_id)
+    return ScanPlan(tuple(tasks), total, kept, f, manifest_version)

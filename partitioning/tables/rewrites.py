@@ -1,0 +1,371 @@
+"""Commits that delete rows and add rows in one ``__manifest`` commit: merge, update, replace_where.
+
+An operation reads some partition tables at the manifest's versions (its *read set*),
+decides which rows go (Lance row addresses) and writes the rows that come in as new
+fragments (:class:`partitioning.tables.write.FragmentWriter`, like any write). Then
+:func:`commit_rewrite` commits, per touched table, ONE dataset version holding the
+recorded version's fragments with deletion vectors for the rows that go, plus the new
+fragments, and makes ONE ``__manifest`` commit for all of them.
+
+Isolation: before each commit attempt the read set is planned again on the latest
+manifest; if a table in it changed (another commit moved its ``read_version``) or a new
+table joined it (e.g. another writer created a partition the operation's filter
+covers), the attempt raises :class:`ReadSetChanged` and the caller runs the operation
+again on the new state. Tables outside the read set may change meanwhile (appends to
+other partitions): the commit is rebased on them. That is serializable for the
+partitions an operation reads, like Delta's WriteSerializable.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata
+
+from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
+from partitioning.sql.filters import Dialect, Filter
+from partitioning.storage.guard import Guard
+from partitioning.storage.history import Operation
+from partitioning.storage.intents import Intent
+from partitioning.storage.manifest import table_uri
+from partitioning.namespace import PartitionedNamespace, TableCommit
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.storage.datasets import (
+    COMMIT_MESSAGE,
+    DEFAULT_COMMIT_ATTEMPTS,
+    align_schema,
+    commit_version,
+    is_aligned,
+    latest_keeping_indexes,
+    renumber,
+)
+from partitioning.spec.transforms import canonical_float
+from partitioning.tables.write import (
+    PARALLEL_COMMITS,
+    CommitResult,
+    Pending,
+    already_committed,
+    check_files,
+    check_rejected,
+    group_messages,
+    place_pending,
+)
+
+__all__ = ["ReadSet", "ReadSetChanged", "RewriteResult", "commit_rewrite", "delete_and_append"]
+
+_OFFSET_BITS = 32
+
+
+class ReadSetChanged(ConcurrentModification):
+    """A table the operation read changed before its commit; run the operation again."""
+
+
+@dataclass(frozen=True)
+class ReadSet:
+    """The partition tables an operation reads: those ``filter`` plans, narrowed by ``keys``.
+
+    ``keys`` maps a spec id to (field ids, the value tuples of those fields the operation
+    can touch); a table of that spec is read only when its values for those fields are
+    one of the tuples. Specs without an entry are not narrowed.
+    """
+
+    filter: str | Filter | None
+    dialect: Dialect
+    keys: Mapping[int, tuple[tuple[str, ...], frozenset[tuple[Any, ...]]]] = field(default_factory=dict)
+
+    def plan(self, ns: PartitionedNamespace) -> dict[str, int]:
+        """object_id -> read_version of every table this read set covers in ``ns``'s state."""
+        tasks = list(ns.plan_scan(self.filter, dialect=self.dialect))
+        values = ns.tables_by_id(t.object_id for t in tasks if t.spec_id in self.keys)
+        out: dict[str, int] = {}
+        for task in tasks:
+            if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
+                raise InvalidInput(
+                    f"partition table {task.object_id} is read from a branch or tag; rows cannot be changed there"
+                )
+            narrowed = self.keys.get(task.spec_id)
+            if narrowed is not None:
+                fids, wanted = narrowed
+                table = values[task.object_id]
+                if tuple(canonical_float(table.values.get(f)) for f in fids) not in wanted:
+                    continue
+            out[task.object_id] = task.read_version
+        return out
+
+    def changed(self, ns: PartitionedNamespace, read: Mapping[str, int]) -> str | None:
+        """What differs between ``read`` (the plan the operation used) and the plan on ``ns`` now."""
+        now = self.plan(ns)
+        for object_id, version in read.items():
+            if object_id not in now:
+                return f"partition table {object_id} was removed"
+            if now[object_id] != version:
+                return f"partition table {object_id} moved from version {version} to {now[object_id]}"
+        added = sorted(set(now) - set(read))
+        if added:
+            return f"partition table {added[0]} was created"
+        return None
+
+
+@dataclass(frozen=True)
+class RewriteResult(CommitResult):
+    """A :class:`CommitResult` that also counts rows: an updated row is deleted and written,
+    so ``rows_deleted`` and ``rows_written`` include ``rows_updated``. ``rounds``: how many
+    times the operation ran (a round whose read partitions changed before its commit runs
+    again); ``seconds``: its wall time, the waits included; ``intent``: whether it took an
+    exclusive intent (:mod:`partitioning.storage.intents`) to finish."""
+
+    rows_deleted: int = 0
+    rows_updated: int = 0
+    rows_inserted: int = 0
+    rounds: int = 1
+    seconds: float = 0.0
+    intent: bool = False
+
+    def summary(self) -> str:
+        if self.skipped:
+            return super().summary()
+        tail = f" after {self.rounds} rounds{' (with an intent)' if self.intent else ''}" if self.rounds > 1 else ""
+        return (
+            f"{self.root}: {self.mode}: {self.rows_updated:,} rows updated, {self.rows_inserted:,} inserted, "
+            f"{self.rows_deleted - self.rows_updated:,} deleted, in {self.partitions_touched} partitions "
+            f"({self.partitions_created} new), __manifest v{self.manifest_version}, {self.seconds:.1f} s{tail}"
+        )
+
+
+def delete_and_append(
+    uri: str,
+    schema: NamespaceSchema,
+    base: lance.LanceDataset,
+    fragments: Sequence[FragmentMetadata],
+    addresses: Sequence[int],
+    storage_options: Mapping[str, str] | None,
+    *,
+    attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+) -> int:
+    """Commit ONE version of ``uri``: ``base``'s fragments minus the rows at ``addresses``
+    (Lance deletion vectors; a fragment losing every row is dropped) plus ``fragments``.
+
+    Like :func:`partitioning.storage.datasets.commit_version`, the version never depends on versions
+    committed after ``base``. Indexes other clients built since are first carried over
+    onto ``base``'s content when still valid (:func:`partitioning.storage.datasets.latest_keeping_indexes`);
+    the Lance ``Update`` on top keeps them (deleted rows are masked, new fragments are
+    unindexed). Returns the version.
+    """
+    kept = {f.fragment_id for f in base.get_fragments()}
+    offsets: dict[int, list[int]] = {}
+    for address in addresses:
+        offsets.setdefault(int(address) >> _OFFSET_BITS, []).append(int(address))
+    unknown = sorted(set(offsets) - kept)
+    if unknown:
+        raise ConcurrentModification(
+            f"{uri}: fragment {unknown[0]} of the rows to delete is not in version {base.version}"
+        )
+    last: ConcurrentModification | None = None
+    for attempt in range(attempts):
+        try:
+            head = latest_keeping_indexes(uri, base.version, storage_options)
+            if not is_aligned(head, schema):
+                head = align_schema(uri, head, schema, storage_options)
+            updated, removed = [], []
+            with translate_lance_errors(f"delete rows from {uri}"):
+                for fragment in head.get_fragments():
+                    gone = sorted(set(offsets.get(fragment.fragment_id, ())))
+                    if not gone or fragment.fragment_id not in kept:
+                        continue
+                    meta = fragment.delete(f"_rowaddr IN ({', '.join(map(str, gone))})")
+                    if meta is None:
+                        removed.append(fragment.fragment_id)
+                    else:
+                        updated.append(meta)
+            new = renumber(fragments, schema.dataset_arrow, head.lance_schema)
+            return _commit_update(uri, head, removed, updated, new, storage_options)
+        except ConcurrentModification as exc:
+            last = exc
+            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
+    raise ConcurrentModification(f"gave up committing {uri} after {attempts} attempts: {last}") from last
+
+
+def _commit_update(
+    uri: str,
+    head: lance.LanceDataset,
+    removed: list[int],
+    updated: list[FragmentMetadata],
+    new: list[FragmentMetadata],
+    storage_options: Mapping[str, str] | None,
+) -> int:
+    """A Lance Update on ``head`` (the latest version); :class:`ConcurrentModification` if
+    any other commit landed between ``head`` and it, since Lance would have rebased this
+    one onto that commit's data."""
+    with translate_lance_errors(f"commit {uri}"):
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated, new_fragments=new),
+            read_version=head.version,
+            storage_options=dict(storage_options) if storage_options else None,
+            commit_message=COMMIT_MESSAGE,
+        )
+    if ds.version != head.version + 1:
+        raise ConcurrentModification(f"{uri}: another commit landed before version {ds.version}; committing again")
+    return int(ds.version)
+
+
+@dataclass
+class _Change:
+    commit: TableCommit | None
+    uri: str
+    base: lance.LanceDataset | None
+    fragments: list[FragmentMetadata]
+    addresses: Sequence[int]
+
+
+def _changes(
+    ns: PartitionedNamespace,
+    pending: dict[str, Pending],
+    deletions: Mapping[str, Sequence[int]],
+    spec_id: int,
+    schema: NamespaceSchema,
+    max_rows_per_file: int,
+) -> tuple[list[_Change], int]:
+    """One change per touched table (new fragments and/or deleted rows); and how many tables are new."""
+    spec = ns.specs[spec_id]
+    tables = ns.tables_by_id(oid for oid, addresses in deletions.items() if addresses)
+    changes: dict[str, _Change] = {}
+    created = 0
+    for entry, values, existing in place_pending(ns, pending, spec_id, schema, max_rows_per_file):
+        created += existing is None
+        base = ns.open_table(existing) if existing is not None else None
+        uri = table_uri(ns.root, entry.object_id, entry.location)
+        commit = TableCommit(spec.spec_id, values, entry.location, -1, entry.object_id)
+        changes[entry.object_id] = _Change(commit, uri, base, list(entry.fragments), ())
+    for object_id, addresses in deletions.items():
+        if not addresses:
+            continue
+        table = tables.get(object_id)
+        if table is None:
+            raise ReadSetChanged(f"partition table {object_id} was removed")
+        change = changes.get(object_id)
+        if change is None:
+            commit = TableCommit(table.spec_id, table.values, table.location, -1, object_id)
+            changes[object_id] = _Change(commit, table.uri, ns.open_table(table), [], addresses)
+        else:
+            change.addresses = addresses
+    return list(changes.values()), created
+
+
+def _commit_one(change: _Change, schema: NamespaceSchema, storage_options: Mapping[str, str] | None) -> TableCommit:
+    assert change.commit is not None
+    if change.base is None or not change.addresses:
+        version = commit_version(change.uri, schema, change.fragments, storage_options, base=change.base, verify=False)
+    else:
+        version = delete_and_append(
+            change.uri, schema, change.base, change.fragments, change.addresses, storage_options
+        )
+    c = change.commit
+    return TableCommit(c.spec_id, c.values, c.location, version, c.object_id)
+
+
+def commit_rewrite(
+    ns: PartitionedNamespace,
+    messages: pa.Table,
+    deletions: Mapping[str, Sequence[int]],
+    *,
+    read_set: ReadSet,
+    read: Mapping[str, int],
+    mode: str,
+    spec_id: int,
+    schema: NamespaceSchema,
+    write_id: str | None = None,
+    operation: Operation,
+    started: float | None = None,
+    max_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+    max_rows_per_file: int = 1_048_576,
+    rows_updated: int = 0,
+    guard: Guard | None = None,
+    intent: Intent | None = None,
+) -> RewriteResult:
+    """Driver side of an operation that deletes ``deletions`` (object_id -> row addresses
+    of the versions in ``read``) and adds the fragments in ``messages``: one dataset
+    version per touched table, then ONE ``__manifest`` commit.
+
+    Raises :class:`ReadSetChanged` when ``read_set`` no longer plans to exactly ``read``
+    (the caller re-runs the operation); other manifest races are rebased and retried. The
+    commit goes through ``guard``'s protected path (:mod:`partitioning.storage.guard`) and removes
+    the operation's ``intent``.
+    """
+    spec = ns.specs[spec_id]
+    pending = group_messages(check_rejected(messages, schema), spec.field_ids)
+    outside = sorted(set(deletions) - set(read))
+    if outside:
+        raise InvalidInput(f"rows to delete in partition table {outside[0]}, which the operation did not read")
+    last: ConcurrentModification | None = None
+    for attempt in range(1, max_attempts + 1):
+        check_files(ns.root, pending.values(), spec.field_ids, ns.storage_options)
+        ns.refresh(guard=guard)
+        skipped = already_committed(ns, mode, write_id)
+        if skipped is not None:
+            return RewriteResult(**{**skipped.__dict__})
+        if ns.namespace_schema.to_json() != schema.to_json():
+            raise ConcurrentModification(
+                f"the schema of {ns.root} changed while this operation ran; nothing was committed, run it again"
+            )
+        difference = read_set.changed(ns, read)
+        if difference is not None:
+            raise ReadSetChanged(f"{ns.root}: {difference} while this operation ran")
+        changes, created = _changes(ns, pending, deletions, spec_id, schema, max_rows_per_file)
+        with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(changes)))) as pool:
+            commits = list(pool.map(lambda c: _commit_one(c, schema, ns.storage_options), changes))
+        written = sum(p.rows for p in pending.values())
+        files = [f for p in pending.values() for fragment in p.fragments for f in fragment.files]
+        recorded = operation.with_metrics(
+            rows_added=written,
+            rows_removed=sum(len(a) for a in deletions.values()),
+            rows_updated=rows_updated,
+            bytes_added=sum(int(f.file_size_bytes or 0) for f in files),
+            files_added=len(files),
+            partitions_touched=len(commits),
+            partitions_created=created,
+        )
+        if started is not None:
+            recorded = recorded.timed(started)
+        try:
+            manifest_version = ns.commit_once(
+                commits, write_id=write_id, operation=recorded, guard=guard, intent=intent
+            )
+        except ConcurrentModification as exc:
+            last = exc
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+            continue
+        return RewriteResult(
+            root=ns.root,
+            mode=mode,
+            manifest_version=manifest_version,
+            rows_written=written,
+            partitions_touched=len(commits),
+            partitions_created=created,
+            fragments_written=sum(len(p.fragments) for p in pending.values()),
+            attempts=attempt,
+            write_id=write_id,
+            rows_deleted=sum(len(a) for a in deletions.values()),
+            rows_updated=rows_updated,
+            rows_inserted=written - rows_updated,
+        )
+    raise ConcurrentModification(
+        f"{mode} on {ns.root} gave up after {max_attempts} __manifest commit attempts lost to concurrent writers; "
+        f"nothing of it is visible (last conflict: {last})"
+    ) from last
+
+
+def addresses_by_table(tables: Iterable[str], addresses: Iterable[int]) -> dict[str, list[int]]:
+    """Group (table, address) pairs into object_id -> sorted unique addresses."""
+    out: dict[str, set[int]] = {}
+    for table, address in zip(tables, addresses, strict=True):
+        out.setdefault(table, set()).add(int(address))
+    return {t: sorted(a) for t, a in out.items()}

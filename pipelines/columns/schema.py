@@ -1,0 +1,64 @@
+"""Spark schemas <-> namespace schemas (JsonArrowSchema with field ids).
+
+Spark types map to Arrow as SPEC-NOTES 7 lists: TimestampType is
+``timestamp[us, tz=UTC]`` and TimestampNTZType is ``timestamp[us]``, so every
+Spark atomic type round-trips Spark -> JSON -> Spark unchanged.
+
+Vector columns (:mod:`partitioning.spec.vectors`) read as Spark ``array<float>`` (float16 and
+float32 vectors) or ``array<double>``. Spark has no fixed-size array, so a namespace made
+from a Spark schema never has a vector column: ``array<float>`` becomes a variable list
+(and a Spark ML ``VectorUDT`` column ``list<float64>``) unless an explicit Arrow schema
+says ``pa.list_(pa.float32(), d)``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.errors import PySparkTypeError
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
+
+from partitioning.errors import SchemaError
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.vectors import spark_facing_schema
+
+__all__ = ["is_ml_vector", "namespace_schema_from_spark", "spark_schema", "spark_to_arrow_schema"]
+
+
+def is_ml_vector(data_type: T.DataType) -> bool:
+    """True for Spark ML's (or MLlib's) ``VectorUDT``, without importing ``pyspark.ml``."""
+    return isinstance(data_type, T.UserDefinedType) and type(data_type).__name__ == "VectorUDT"
+
+
+def spark_to_arrow_schema(struct: T.StructType) -> pa.Schema:
+    """The Arrow schema of a Spark schema, naming the column of any unsupported type.
+
+    A ``VectorUDT`` column maps to ``list<float64>`` (its values; the dimension is unknown)."""
+    fields = []
+    for f in struct.fields:
+        if is_ml_vector(f.dataType):
+            fields.append(pa.field(f.name, pa.list_(pa.float64()), nullable=f.nullable))
+            continue
+        try:
+            arrow_type = to_arrow_type(f.dataType, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
+        except (PySparkTypeError, TypeError, ValueError) as exc:
+            raise SchemaError(
+                f"column {f.name!r}: Spark type {f.dataType.simpleString()} cannot be stored in a Lance namespace"
+            ) from exc
+        fields.append(pa.field(f.name, arrow_type, nullable=f.nullable))
+    return pa.schema(fields)
+
+
+def namespace_schema_from_spark(struct: T.StructType) -> NamespaceSchema:
+    """A new namespace schema for a Spark schema, with field ids assigned from 0.
+
+    ``array<float>`` stays a variable-length list: a Spark schema carries no vector
+    dimension, so pass an Arrow schema with ``pa.list_(pa.float32(), d)`` for a vector column.
+    """
+    return NamespaceSchema.from_arrow(spark_to_arrow_schema(struct))
+
+
+def spark_schema(schema: NamespaceSchema | pa.Schema) -> T.StructType:
+    """The Spark schema of a namespace schema (field-id metadata dropped; vectors as arrays)."""
+    arrow = schema.plain if isinstance(schema, NamespaceSchema) else schema
+    return from_arrow_schema(spark_facing_schema(arrow), prefer_timestamp_ntz=True)

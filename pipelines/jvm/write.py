@@ -1,0 +1,265 @@
+"""Writes the JVM layer drives (``lp.write``): inserts, overwrites and the row changes of SQL DML.
+
+- ``append``, ``overwrite`` (``INSERT OVERWRITE`` in static mode, a replaced table) and
+  ``dynamic`` (the partitions present in the rows) go to the data source writer
+  (:class:`pipelines.write.source_writer.LancePartitionedWriter`).
+- ``delta``: the rows of ``DELETE FROM`` / ``UPDATE`` / ``MERGE INTO``, as Spark's delta
+  write hands them to the Java bridge writer: ``__op`` (``delete``, ``update``,
+  ``reinsert``, ``insert``), the row id ``_lance_rowaddr``, the metadata ``_lance_table``
+  and the new row. Tasks write the new rows as fragments (as any write) and collect the
+  addresses that go; the driver commits, per touched table, one dataset version (deletion
+  vectors plus the new fragments) and ONE ``__manifest`` commit
+  (:func:`partitioning.tables.rewrites.commit_rewrite`), refused when a table the statement read
+  changed since (``lp.read``: the scan's tables and versions).
+- ``delete_tables``: a metadata-only ``DELETE`` (whole partitions by an identity-column
+  condition) or ``TRUNCATE``: no rows, ONE commit removing the tables (``lp.exact``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from partitioning.sql.binding import bind
+from partitioning.errors import ConcurrentModification, InvalidInput
+from partitioning.sql.filters import Dialect, TrueFilter, columns_of, to_sql
+from partitioning.storage.guard import Guard, guarded
+from partitioning.storage.history import Operation
+from partitioning.plan.identity_match import identity_columns, matching_tables
+from partitioning.storage.leases import keep_alive, release_lease, take_lease
+from partitioning.namespace import PartitionedNamespace
+from partitioning.sql.predicates import predicates_from_json
+from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_table, commit_rewrite
+from partitioning.sql.rowfilter import arrow_predicate
+from partitioning.storage.roots import storage_options_from
+from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, conform_table, part_column
+from pipelines.jvm.drop import drop_matching
+from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.write.source_writer import LancePartitionedWriter, _reported
+
+__all__ = ["bridge_writer"]
+
+OP = "__op"
+_DIALECT = Dialect("spark", "UTC", case_sensitive=True)
+_COMMANDS = {"DELETE": "DELETE", "UPDATE": "UPDATE", "MERGE": "MERGE"}
+
+
+def _plain(options: Mapping[str, str]) -> dict[str, str]:
+    """The options the data source writer takes (the JVM layer's own, ``lp.*``, and catalog keys dropped)."""
+    drop = {"provider", "owner", "location", "comment", "external", "is_managed_location", "versionasof"}
+    return {k: v for k, v in options.items() if not k.lower().startswith("lp.") and k.lower() not in drop}
+
+
+def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwrite: bool) -> DataSourceWriter:
+    lowered = {k.lower(): v for k, v in options.items()}
+    if lowered.get("path"):
+        from pipelines.session import check_source_root
+
+        check_source_root(lowered["path"], lowered.get("lp.master"), lowered.get("lp.connect") == "true")
+    if mode in ("append", "overwrite", "dynamic"):
+        plain = _plain(options)
+        if mode == "dynamic":
+            plain["partitionOverwriteMode"] = "dynamic"
+        # "overwrite" (Spark's truncate): the write's partitionOverwriteMode option, else the
+        # session's setting as the tasks see it (as for Spark's file sources)
+        from pipelines.read.datasource import new_writer
+
+        return new_writer(plain, schema, mode != "append", lowered.get("lp.connect") == "true")
+    if mode == "replace":
+        plain = {**_plain(options), "partitionOverwriteMode": "dynamic"}
+        return ReplaceWriter(plain, schema, lowered.get("lp.exact"))
+    if mode == "delta":
+        return DeltaWriter(lowered, schema)
+    if mode == "delete_tables":
+        return DeleteTablesWriter(lowered)
+    raise InvalidInput(f"unknown lp.write mode {mode!r} (append, overwrite, dynamic, delta, delete_tables)")
+
+
+@dataclass(frozen=True)
+class _Changes(WriterCommitMessage):
+    """One task's new fragments (Arrow IPC of commit messages) and the row addresses that go."""
+
+    ipc: bytes
+    tables: tuple[str, ...]
+    addresses: tuple[int, ...]
+    updated: int = 0
+
+
+class DeltaWriter(DataSourceArrowWriter):
+    """The row changes of one SQL DML statement (see the module)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        with _reported("prepare the statement's write"):
+            self.root = options["path"]
+            self.storage_options = storage_options_from(options)
+            self.command = _COMMANDS.get((options.get("lp.command") or "").upper(), "MERGE")
+            self.base_version = int(options["lp.version"])
+            self.read = {str(k): int(v) for k, v in json.loads(options.get("lp.read") or "{}").items()}
+            self.filter_json = options.get("lp.filter")
+            ns = PartitionedNamespace.load(self.root, self.storage_options, manifest_version=self.base_version)
+            self.root = ns.root
+            self.data_columns = [f.name for f in schema.fields if f.name not in (OP, ROW_ADDRESS, ROW_TABLE)]
+            self.schema = ns.namespace_schema
+            missing = [c for c in self.data_columns if c not in self.schema.arrow.names]
+            if missing:
+                raise InvalidInput(f"{self.command}: column {missing[0]!r} is not in the table")
+            self.fragment_writer = FragmentWriter.for_namespace(ns)
+            self.spec = ns.current_spec
+            self.lease = take_lease(ns.root, storage_options=ns.storage_options, bases=(self.base_version,))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Changes:
+        with _reported(f"{self.command} on {self.root}"):
+            tables: list[str] = []
+            addresses: list[int] = []
+            updated = [0]
+
+            def inserted() -> Iterator[pa.RecordBatch]:
+                for batch in iterator:
+                    table = pa.Table.from_batches([batch])
+                    op = table.column(OP)
+                    updated[0] += pc.sum(pc.cast(pc.equal(op, "update"), pa.int64())).as_py() or 0
+                    gone = pc.is_in(op, pa.array(["delete", "update"]))
+                    if pc.any(gone).as_py():
+                        chosen = table.filter(gone)
+                        tables.extend(chosen.column(ROW_TABLE).to_pylist())
+                        addresses.extend(chosen.column(ROW_ADDRESS).to_pylist())
+                    new = table.filter(pc.is_in(op, pa.array(["update", "reinsert", "insert"])))
+                    if new.num_rows:
+                        rows = conform_table(new.select(self.data_columns), self.schema)
+                        yield from add_partition_columns(rows, self.spec.fields, self.schema).to_batches()
+
+            with keep_alive(self.lease):
+                batches = list(self.fragment_writer(inserted()))
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.fragment_writer.output_schema) as out:
+                for b in batches:
+                    out.write_batch(b)
+            return _Changes(sink.getvalue().to_pybytes(), tuple(tables), tuple(int(a) for a in addresses), updated[0])
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        try:
+            with _reported(f"commit the {self.command} on {self.root}"):
+                self._commit([m for m in messages if isinstance(m, _Changes)])
+        finally:
+            release_lease(self.lease)
+
+    def _commit(self, changes: list[_Changes]) -> None:
+        parts = [pa.ipc.open_stream(c.ipc).read_all() for c in changes]
+        messages = pa.concat_tables(parts) if parts else self.fragment_writer.output_schema.empty_table()
+        deletions = addresses_by_table(
+            [t for c in changes for t in c.tables], [a for c in changes for a in c.addresses]
+        )
+        ns = PartitionedNamespace.load(self.root, self.storage_options)
+        arrow = ns.namespace_schema.arrow
+        condition = bind(predicates_from_json(self.filter_json), arrow, _DIALECT)
+        read_set = ReadSet(None if isinstance(condition, TrueFilter) else condition, _DIALECT)
+        read = dict(self.read)
+        updated = sum(c.updated for c in changes)
+        with guarded(ns.root, ns.storage_options, bases=(self.base_version,)) as guard:
+            try:
+                commit_rewrite(
+                    ns,
+                    messages,
+                    deletions,
+                    read_set=read_set,
+                    read=read,
+                    mode=self.command.lower(),
+                    spec_id=self.fragment_writer.planner.spec_id,
+                    schema=self.fragment_writer.schema,
+                    operation=Operation(self.command, {"sql": "true"}),
+                    rows_updated=updated,
+                    guard=guard,
+                )
+            except ReadSetChanged as exc:
+                raise ConcurrentModification(
+                    f"{self.command} on {ns.root}: {exc}; nothing was committed, run the statement again"
+                ) from exc
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        release_lease(self.lease)
+
+
+class ReplaceWriter(LancePartitionedWriter):
+    """``INSERT OVERWRITE t PARTITION (c = 'x')`` / ``writeTo(t).overwrite(condition)``: the
+    partitions the condition (on identity partition columns) selects are replaced by the rows,
+    in ONE commit; a row outside the condition refuses the write (Delta's and Iceberg's rule)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, condition_json: str | None) -> None:
+        super().__init__(options, schema, True)
+        self.condition_json = condition_json
+
+    def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        with _reported(f"commit the overwrite of {self.root}"):
+            from pipelines.write.source_writer import _Messages
+
+            ours = [m for m in messages if isinstance(m, _Messages)]
+            tables = [pa.ipc.open_stream(m.ipc).read_all() for m in ours]
+            combined = pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
+            ns = PartitionedNamespace.load(self.root, self.storage_options)
+            condition = bind(predicates_from_json(self.condition_json), ns.namespace_schema.arrow, _DIALECT)
+            self._check_rows(ns, combined, condition)
+
+            def selected(state: PartitionedNamespace) -> list[str]:
+                return [t.object_id for t in matching_tables(state, state.plan_scan(condition).tasks, condition)]
+
+            commit_write(
+                ns,
+                combined,
+                mode="overwrite_partitions",
+                spec_id=self.spec_id,
+                schema=self.fragment_writer.schema,
+                write_id=self.write_id,
+                max_rows_per_file=self.max_rows_per_file,
+                naming_seed=self.fragment_writer.planner.seed,
+                guard=Guard.of_ref(self.lease, self.root, self.storage_options),
+                replace=selected,
+            )
+
+    def _check_rows(self, ns: PartitionedNamespace, messages: pa.Table, condition: Any) -> None:
+        """Every written partition satisfies the condition (it is on identity columns only)."""
+        spec = ns.specs[self.spec_id]
+        fields = identity_columns(ns, self.spec_id)
+        columns = sorted(columns_of(condition))
+        if not columns or messages.num_rows == 0:
+            return
+        arrow = pa.schema([ns.namespace_schema.arrow.field(c) for c in columns])
+        keys = {
+            tuple(k) for k in zip(*[messages.column(part_column(f)).to_pylist() for f in spec.field_ids], strict=True)
+        }
+        index = {fid: i for i, fid in enumerate(spec.field_ids)}
+        values = pa.table(
+            {c: pa.array([k[index[fields[c]]] for k in keys], arrow.field(c).type) for c in columns}, schema=arrow
+        )
+        outside = values.num_rows - values.filter(arrow_predicate(condition, arrow)).num_rows
+        if outside:
+            raise InvalidInput(
+                f"overwrite of {ns.root}: {outside} partition(s) of the rows are outside the overwrite's condition "
+                f"{to_sql(condition)}; nothing was written"
+            )
+
+
+class DeleteTablesWriter(DataSourceWriter):
+    """A metadata-only ``DELETE`` or ``TRUNCATE``: ONE commit removing whole tables, no rows."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        raise InvalidInput("a metadata-only delete writes no rows")
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        with _reported(f"delete from {self.options.get('path')}"):
+            drop_matching(
+                self.options["path"],
+                self.options.get("lp.exact"),
+                int(self.options["lp.version"]) if self.options.get("lp.version") else None,
+                storage_options_from(self.options),
+                truncate=self.options.get("lp.truncate") == "true",
+            )

@@ -1,0 +1,320 @@
+"""``merge_partitioned``: Delta's ``MERGE INTO`` for a partitioned namespace, in one commit.
+
+Spark joins the source with the target's rows (read at one pinned ``__manifest``
+version, with their Lance row addresses) on the key columns; NULL keys never match.
+Each joined row gets one action: a matched row is updated or deleted (if
+``matched_condition`` holds), a source row without a match is inserted, a target row
+without a match is deleted (``when_not_matched_by_source="delete"``, within
+``target_filter``). Rows that go are deleted with Lance deletion vectors; updated and
+inserted rows are written as new fragments into the partitions their values say, so a
+row whose partition columns change moves in the same commit
+(:mod:`pipelines.write.rewrite`, :mod:`partitioning.tables.rewrites`).
+
+Which partitions are read: those ``target_filter`` prunes to, and, when the keys
+determine partition fields (identity/bucket/truncate/time of key columns) and
+unmatched target rows are kept, only the partitions holding the source's key values.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from functools import reduce
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from partitioning.errors import InvalidInput, first_line
+from partitioning.storage.history import Operation
+from partitioning.namespace import PartitionedNamespace
+from partitioning.tables.rewrites import ReadSet, RewriteResult
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.transforms import canonical_float
+from pipelines.read_options import session_dialect
+from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.write.rewrite import DEFAULT_ATTEMPTS, Round, addresses, commit_changes, rerun_on_conflict, target_rows
+from pipelines.session import driver_root
+from pipelines.write.small import small_copy, small_target
+from pipelines.columns.transforms import with_partition_columns
+
+__all__ = ["merge_partitioned"]
+
+WhenMatched = Literal["update", "delete", "ignore"]
+WhenNotMatched = Literal["insert", "ignore"]
+WhenNotMatchedBySource = Literal["ignore", "delete"]
+_ACTION = "__lance_merge_action"
+_TARGET = "__lance_merge_target"
+_SOURCE = "__lance_merge_source"
+_KEY = "__lance_merge_key_"
+# Narrow the partitions read by the source's key values only up to this many distinct values.
+MAX_KEY_VALUES = 100_000
+
+
+def _choice(name: str, value: str, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise InvalidInput(f"{name}={value!r} is not one of: {', '.join(allowed)}")
+
+
+def _check(
+    source: DataFrame,
+    schema: NamespaceSchema,
+    on: Sequence[str],
+    when_matched: str,
+    when_not_matched: str,
+    set: Mapping[str, str] | None,
+    matched_condition: str | None,
+) -> None:
+    names = schema.arrow.names
+    if not on:
+        raise InvalidInput("merge_partitioned needs on=[key columns]")
+    for key in on:
+        if key not in names:
+            raise InvalidInput(f"merge key {key!r} is not a namespace column; columns are: {', '.join(names)}")
+        if key not in source.columns:
+            raise InvalidInput(
+                f"merge key {key!r} is not a source column; source columns are: {', '.join(source.columns)}"
+            )
+    if set is not None and when_matched != "update":
+        raise InvalidInput(f"set= applies to when_matched='update', not {when_matched!r}")
+    if set is not None and not set:
+        raise InvalidInput("set= is empty; leave it out to update every column from the source")
+    for column in set or {}:
+        if column not in names:
+            raise InvalidInput(f"set: {column!r} is not a namespace column; columns are: {', '.join(names)}")
+    if matched_condition is not None and when_matched == "ignore":
+        raise InvalidInput("matched_condition has no effect with when_matched='ignore'; remove one of them")
+    if (when_matched == "update" and set is None) or when_not_matched == "insert":
+        missing = [c for c in names if c not in source.columns]
+        if missing:
+            clause = "when_not_matched='insert'" if when_not_matched == "insert" else "when_matched='update'"
+            raise InvalidInput(
+                f"{clause} takes every column from the source, which has no column {missing[0]!r}"
+                f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}"
+                + ("; pass set= for the columns to update" if clause.startswith("when_matched") else "")
+            )
+    clash = {_ACTION, _TARGET, _SOURCE, ROW_TABLE, ROW_ADDRESS} & {*source.columns, *names}
+    if clash:
+        raise InvalidInput(f"merge cannot use a column named {sorted(clash)[0]!r}")
+
+
+def _key_narrowing(
+    source: DataFrame, ns: PartitionedNamespace, on: Sequence[str]
+) -> dict[int, tuple[tuple[str, ...], frozenset[tuple[Any, ...]]]]:
+    """Per spec: the partition fields the keys determine and the source's values of them."""
+    schema = ns.namespace_schema
+    used = ns.spec_ids_with_tables()
+    by_spec = {}
+    for spec_id in sorted(used):
+        fields = []
+        for f in ns.specs[spec_id].fields:
+            sources = f.source_fields(schema)
+            if sources and all(s is not None and s.name in on for s in sources):
+                fields.append(f)
+        if fields:
+            by_spec[spec_id] = fields
+    if not by_spec:
+        return {}
+    keys = source.select(*[F.col(f"`{k}`").cast(_spark_type(schema, k)).alias(k) for k in on])
+    out = {}
+    for spec_id, fields in by_spec.items():
+        columns = [f"__p{f.field_id}" for f in fields]
+        values = with_partition_columns(keys, fields, schema, prefix="__p").select(*columns).distinct()
+        rows = values.limit(MAX_KEY_VALUES + 1).toArrow()
+        if rows.num_rows > MAX_KEY_VALUES:
+            continue
+        tuples = zip(*[rows.column(c).to_pylist() for c in columns], strict=True) if columns else iter(())
+        wanted = frozenset(tuple(canonical_float(v) for v in t) for t in tuples)
+        out[spec_id] = (tuple(f.field_id for f in fields), wanted)
+    return out
+
+
+def _spark_type(schema: NamespaceSchema, name: str) -> Any:
+    from pipelines.columns.schema import spark_schema
+
+    return spark_schema(schema)[name].dataType
+
+
+def _actions(
+    matched: Column, target_only: Column, source_only: Column, condition: Column, modes: tuple[str, str, str]
+) -> Column:
+    when_matched, when_not_matched, by_source = modes
+    action = F.when(F.lit(False), F.lit(None).cast("string"))
+    if when_matched != "ignore":
+        action = action.when(matched & condition, F.lit("U" if when_matched == "update" else "D"))
+    if when_not_matched == "insert":
+        action = action.when(source_only, F.lit("I"))
+    if by_source == "delete":
+        action = action.when(target_only, F.lit("X"))
+    return action
+
+
+def merge_partitioned(
+    source: DataFrame,
+    root: str,
+    *,
+    on: str | Sequence[str],
+    when_matched: WhenMatched = "update",
+    when_not_matched: WhenNotMatched = "insert",
+    when_not_matched_by_source: WhenNotMatchedBySource = "ignore",
+    matched_condition: str | None = None,
+    set: Mapping[str, str] | None = None,
+    target_filter: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    max_attempts: int = DEFAULT_ATTEMPTS,
+) -> RewriteResult:
+    """Merge ``source`` into the namespace at ``root`` on the key columns ``on``, in one commit.
+
+    ``when_matched``: ``"update"`` (every column from the source, or only the columns
+    of ``set={"col": "SQL over source.* and target.*"}``), ``"delete"`` or ``"ignore"``;
+    ``matched_condition`` (SQL over ``source.`` and ``target.`` columns) limits it.
+    ``when_not_matched``: ``"insert"`` or ``"ignore"``. ``when_not_matched_by_source``:
+    ``"ignore"`` or ``"delete"`` (target rows no source row matches, within
+    ``target_filter``, which also limits which partitions are read at all). Two source
+    rows matching one target row refuse the merge before anything is written (naming a
+    key). If a partition the merge read changes before its commit, the merge runs again
+    on the new state (``max_attempts`` times), so no concurrent change is lost.
+    """
+    session = source.sparkSession
+    root = driver_root(session, root)
+    keys = [on] if isinstance(on, str) else list(on)
+    _choice("when_matched", when_matched, ("update", "delete", "ignore"))
+    _choice("when_not_matched", when_not_matched, ("insert", "ignore"))
+    _choice("when_not_matched_by_source", when_not_matched_by_source, ("ignore", "delete"))
+    modes = (when_matched, when_not_matched, when_not_matched_by_source)
+    started = time.monotonic()
+    parameters = {
+        "on": ",".join(keys),
+        "when_matched": when_matched,
+        "when_not_matched": when_not_matched,
+        "when_not_matched_by_source": when_not_matched_by_source,
+        **({"matched_condition": matched_condition} if matched_condition else {}),
+        **({"set": json.dumps(dict(set), sort_keys=True)} if set else {}),
+        **({"target_filter": target_filter} if target_filter else {}),
+    }
+
+    held = small_copy(source)  # a small source: its rows held in memory (pipelines.write.small)
+    data = held if held is not None else source
+
+    def attempt(run: Round) -> RewriteResult:
+        ns = run.ns
+        schema = ns.namespace_schema
+        _check(source, schema, keys, when_matched, when_not_matched, set, matched_condition)
+        narrow = {} if when_not_matched_by_source == "delete" else _key_narrowing(data, ns, keys)
+        read_set = ReadSet(target_filter, session_dialect(session), narrow)
+        read = read_set.plan(ns)
+        names = schema.arrow.names
+        whole = set is not None or matched_condition is not None or target_filter is not None
+        columns = None if whole else keys
+        small = small_target(session, ns, read, filter=target_filter, columns=columns) if held is not None else None
+        target = (
+            small
+            if small is not None
+            else target_rows(session, ns, read, filter=target_filter, columns=columns, cache=run.cache)
+        )
+        joined = _join(target, data, keys, when_not_matched == "insert", when_not_matched_by_source == "delete")
+        plan = _plan(joined, names, keys, modes, set, matched_condition).persist()
+        try:
+            gone = addresses(
+                plan.where(F.col(_ACTION).isin("U", "D", "X")).select(
+                    _ACTION, ROW_TABLE, ROW_ADDRESS, *[f"{_KEY}{i}" for i in range(len(keys))]
+                ),
+                f"merge into {ns.root}",
+            )
+            _refuse_duplicates(gone, keys)
+            actions = pc.value_counts(gone.column(_ACTION)).to_pylist() if gone.num_rows else []
+            count = {a["values"]: a["counts"] for a in actions}
+            incoming = plan.where(F.col(_ACTION).isin("U", "I")).select(*[F.col(f"`{c}`") for c in names])
+            if when_matched != "update" and when_not_matched != "insert":
+                incoming = None
+            return commit_changes(
+                source,
+                ns,
+                gone,
+                incoming,
+                read_set=read_set,
+                read=read,
+                mode="merge",
+                rows_updated=count.get("U", 0),
+                operation=Operation("MERGE", parameters),
+                started=started,
+                run=run,
+                local=small is not None,
+            )
+        finally:
+            plan.unpersist()
+
+    return rerun_on_conflict(root, "merge", max_attempts, attempt, storage_options)
+
+
+def _join(target: DataFrame, source: DataFrame, keys: Sequence[str], inserts: bool, by_source: bool) -> DataFrame:
+    how = {(True, True): "full", (True, False): "right", (False, True): "left", (False, False): "inner"}
+    t = target.withColumn(_TARGET, F.lit(True)).alias("target")
+    s = source.withColumn(_SOURCE, F.lit(True)).alias("source")
+    condition = reduce(lambda a, b: a & b, [F.col(f"target.`{k}`") == F.col(f"source.`{k}`") for k in keys])
+    return t.join(s, condition, how[(inserts, by_source)])
+
+
+def _plan(
+    joined: DataFrame,
+    names: Sequence[str],
+    keys: Sequence[str],
+    modes: tuple[str, str, str],
+    set: Mapping[str, str] | None,
+    matched_condition: str | None,
+) -> DataFrame:
+    """One row per action: its code, the target row's address and the new row's columns."""
+    has_target = F.col(f"target.{_TARGET}").isNotNull()
+    has_source = F.col(f"source.{_SOURCE}").isNotNull()
+    try:
+        condition = F.coalesce(F.expr(matched_condition), F.lit(False)) if matched_condition else F.lit(True)
+        action = _actions(has_target & has_source, has_target & ~has_source, has_source & ~has_target, condition, modes)
+        columns = []
+        for c in names:
+            if set is None:
+                updated = F.col(f"source.`{c}`")
+            else:
+                updated = F.expr(set[c]) if c in set else F.col(f"target.`{c}`")
+            inserted = F.col(f"source.`{c}`") if modes[1] == "insert" else F.lit(None)
+            columns.append(F.when(F.col(_ACTION) == "I", inserted).otherwise(updated).alias(c))
+        return _with_rows(joined, action, columns, keys)
+    except PySparkException as exc:
+        raise InvalidInput(f"merge: {first_line(exc)}") from exc
+
+
+def _with_rows(joined: DataFrame, action: Column, columns: list[Column], keys: Sequence[str]) -> DataFrame:
+    return (
+        joined.withColumn(_ACTION, action)
+        .where(F.col(_ACTION).isNotNull())
+        .select(
+            F.col(_ACTION),
+            F.col(f"target.{ROW_TABLE}").alias(ROW_TABLE),
+            F.col(f"target.{ROW_ADDRESS}").alias(ROW_ADDRESS),
+            *[F.col(f"source.`{k}`").alias(f"{_KEY}{i}") for i, k in enumerate(keys)],
+            *columns,
+        )
+    )
+
+
+def _refuse_duplicates(gone: pa.Table, keys: Sequence[str]) -> None:
+    """Delta's rule: two source rows may not update or delete the same target row."""
+    matched = gone.filter(pc.is_in(gone.column(_ACTION), pa.array(["U", "D"])))
+    if matched.num_rows == 0:
+        return
+    counts = matched.group_by([ROW_TABLE, ROW_ADDRESS]).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if twice.num_rows == 0:
+        return
+    table, address = twice.column(ROW_TABLE)[0].as_py(), twice.column(ROW_ADDRESS)[0].as_py()
+    row = matched.filter(
+        pc.and_(pc.equal(matched.column(ROW_TABLE), table), pc.equal(matched.column(ROW_ADDRESS), address))
+    ).slice(0, 1)
+    shown = ", ".join(f"{k}={row.column(f'{_KEY}{i}')[0].as_py()!r}" for i, k in enumerate(keys))
+    raise InvalidInput(
+        f"merge: {twice.num_rows:,} target row(s) are matched by more than one source row (e.g. {shown}); "
+        "deduplicate the source on the keys; nothing was changed"
+    )

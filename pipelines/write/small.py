@@ -1,0 +1,148 @@
+"""Small changes in the driver: merges, updates, deletes and writes of little data start no Python worker.
+
+Through Spark's tasks a change of a few rows costs a Python worker to plan the target's
+scan, another to read it and one more to write the new fragments: seconds the first
+time in a session (a 2-row merge into 3 rows took 11 s after a first write and read)
+and over a second each time after. When the data is small the driver does that work
+itself, with the same code the tasks run:
+
+- **target rows** (:func:`small_target`): the partition tables an operation reads are read
+  here (:func:`pipelines.read.reader.read_slice`, with row addresses) when their fragment
+  metadata records at most :data:`SMALL_MAX_ROWS` rows and :data:`SMALL_MAX_BYTES` bytes
+  in at most :data:`SMALL_MAX_TABLES` tables, and handed to Spark as a local relation;
+  Spark still evaluates every filter, join and expression, so the answers are Spark's;
+- **new rows** (:func:`small_rows`): a DataFrame of rows the driver holds or makes
+  (``createDataFrame`` of Python rows or Arrow, ``range``, and what Spark derives from
+  them without files), at most :data:`SMALL_MAX_ROWS` rows, is collected as Arrow and
+  written here by the same :class:`partitioning.tables.write.FragmentWriter` the tasks use;
+- **a small source** of a merge (:func:`small_copy`) is held by Spark in memory, so the
+  merge's few jobs do not each unpickle Python rows.
+
+Spark Connect gives a client no plan statistics, so there the tasks do the work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from partitioning.errors import InvalidInput, first_line
+from partitioning.sql.filters import TrueFilter
+from partitioning.namespace import PartitionedNamespace
+from pipelines.read.local import local_table
+from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE, TableSlice
+from pipelines.columns.schema import spark_schema
+from pipelines.session import active_session_kept, is_connect
+
+__all__ = [
+    "SMALL_MAX_BYTES",
+    "SMALL_MAX_ROWS",
+    "SMALL_MAX_TABLES",
+    "SMALL_WRITE_BYTES",
+    "small_copy",
+    "small_rows",
+    "small_target",
+]
+
+SMALL_MAX_ROWS = 262_144
+SMALL_MAX_BYTES = 64 << 20
+SMALL_MAX_TABLES = 64
+SMALL_WRITE_BYTES = 32 << 20
+
+
+_UNKNOWN_SIZE = (1 << 63) - 1  # Spark's estimate for what it cannot size (a Python list, an RDD)
+# The RDDs between a Python list handed to ``createDataFrame`` and its plan: no file, no shuffle.
+_FROM_DRIVER_RDDS = frozenset({"ParallelCollectionRDD", "PythonRDD", "MapPartitionsRDD"})
+_RDD_NAME = re.compile(r"(\w+RDD)\[\d+\]")
+
+
+def _from_driver(df: DataFrame) -> str | None:
+    """``"local"`` when every leaf of ``df``'s plan is a local relation (rows the driver
+    holds), ``"made"`` when every leaf is one or a range or an RDD of Python lists given to
+    ``createDataFrame`` (rows the driver makes), with Spark sizing them at most
+    :data:`SMALL_WRITE_BYTES` where it can size them at all; else None. Never on Connect,
+    which shows a client no plan. Rows read from files are not: their size on disk says
+    little about their size in memory."""
+    if is_connect(df.sparkSession):
+        return None
+    plan = df._jdf.queryExecution().optimizedPlan()  # classic-only (guarded by is_connect)
+    size = int(str(plan.stats().sizeInBytes()))
+    if size > SMALL_WRITE_BYTES and size != _UNKNOWN_SIZE:
+        return None
+    kinds = set()
+    leaves = plan.collectLeaves()
+    for i in range(leaves.size()):
+        leaf = leaves.apply(i)
+        kind = leaf.getClass().getSimpleName()
+        kinds.add(kind)
+        if kind in ("LocalRelation", "Range"):
+            continue
+        if kind != "LogicalRDD":
+            return None
+        names = set(_RDD_NAME.findall(str(leaf.rdd().toDebugString())))
+        if "ParallelCollectionRDD" not in names or not names <= _FROM_DRIVER_RDDS:
+            return None
+    return "local" if kinds <= {"LocalRelation"} else "made"
+
+
+def small_rows(df: DataFrame) -> pa.Table | None:
+    """``df``'s rows as Arrow when they come from the driver (:func:`_from_driver`) and are at
+    most :data:`SMALL_MAX_ROWS` rows and :data:`SMALL_MAX_BYTES` bytes (collected with a
+    bound), else None."""
+    if _from_driver(df) is None:
+        return None
+    table = df.limit(SMALL_MAX_ROWS + 1).toArrow()
+    return table if table.num_rows <= SMALL_MAX_ROWS and table.nbytes <= SMALL_MAX_BYTES else None
+
+
+def small_copy(df: DataFrame) -> DataFrame | None:
+    """``df`` when it is a local relation; a copy of its rows that Spark holds in memory
+    (``localCheckpoint``: later jobs do not make or unpickle them again) when the driver
+    makes them and they are at most :data:`SMALL_MAX_ROWS`; else None."""
+    origin = _from_driver(df)
+    if origin == "local":
+        return df  # held in the driver already, and within SMALL_WRITE_BYTES
+    if origin is None:
+        return None
+    copy = df.limit(SMALL_MAX_ROWS + 1).localCheckpoint()
+    return copy if copy.count() <= SMALL_MAX_ROWS else None
+
+
+def small_target(
+    session: SparkSession,
+    ns: PartitionedNamespace,
+    read: Mapping[str, int],
+    *,
+    filter: str | None = None,
+    columns: Sequence[str] | None = None,
+) -> DataFrame | None:
+    """The rows of the tables in ``read`` (object id -> version) at ``ns``'s manifest version,
+    with ``_lance_table`` and ``_lance_rowaddr``, read here as a local relation; ``filter``
+    (Spark SQL) is applied by Spark. None when the tables are not small (or one cannot be
+    read here: Spark's tasks then read it, and report what is wrong, as for any read)."""
+    if is_connect(session):
+        return None
+    tables = ns.tables_by_id(read)
+    if len(tables) != len(read):
+        return None
+    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
+    output = list(columns) if columns is not None else list(ns.schema.names)
+    bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
+    table = local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
+    if table is None:
+        return None
+    schema = T.StructType([spark_schema(ns.namespace_schema)[c] for c in output])
+    schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+    with active_session_kept(session):
+        df = session.createDataFrame(table, schema=schema)
+    if filter:
+        try:
+            df = df.where(filter)
+        except PySparkException as exc:
+            raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
+    return df
