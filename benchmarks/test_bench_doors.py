@@ -30,8 +30,8 @@ from benchmarks.conftest import Timing
 from benchmarks.test_bench_merge import SCHEMA, target_rows
 from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
-from pipelines.write.merge import merge_partitioned
 from pipelines.read.dataframe import read_partitioned
+from pipelines.write.merge import merge_partitioned
 
 pytestmark = pytest.mark.bench
 

@@ -31,8 +31,8 @@ from pyspark.sql import SparkSession
 
 from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
-from pipelines.write.merge import merge_partitioned
 from pipelines.read.dataframe import read_partitioned
+from pipelines.write.merge import merge_partitioned
 from pipelines.write.rewrite import update_rows
 
 pytestmark = pytest.mark.bench

@@ -35,9 +35,9 @@ import pyarrow as pa
 
 from jobs._cli import add_storage_option_argument, run, running_session, storage_options
 from partitioning import InvalidInput, PartitionedNamespace
-from partitioning.state.describe import format_partition_value
-from partitioning.sql.filters import Dialect
 from partitioning.plan.inspect import partitions_table
+from partitioning.sql.filters import Dialect
+from partitioning.state.describe import format_partition_value
 
 PERCENTILES = (0, 25, 50, 75, 90, 99, 100)
 LABELLED_OUTLIERS = 8

@@ -21,8 +21,8 @@ import sys
 import time
 
 from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, run, storage_options
-from pipelines.write.merge import merge_partitioned
 from pipelines.session import build_session
+from pipelines.write.merge import merge_partitioned
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

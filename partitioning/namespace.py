@@ -20,17 +20,29 @@ from typing import Any
 import lance
 import pyarrow as pa
 
+from partitioning.errors import NamespaceAlreadyExists, SpecError
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.transforms import canonical_float
+from partitioning.sql.binding import bind
+from partitioning.sql.filters import Dialect, Filter, parse_filter
 from partitioning.state import commits as _commits
 from partitioning.state import evolution
-from partitioning.sql.binding import bind
 from partitioning.state.commits import DEFAULT_COMMIT_RETRIES
 from partitioning.state.commits import WRITE_ID_HISTORY as WRITE_ID_HISTORY
 from partitioning.state.commits import WRITE_IDS_PROPERTY as WRITE_IDS_PROPERTY
-from partitioning.state.describe import describe_namespace, layout
+from partitioning.state.describe import describe_namespace, layout, list_indexes
 from partitioning.state.describe import format_partition_value as format_partition_value
-from partitioning.errors import NamespaceAlreadyExists, SpecError
 from partitioning.state.evolution import ColumnsLike
-from partitioning.sql.filters import Dialect, Filter, parse_filter
+from partitioning.state.lookup import existing_locations
+from partitioning.state.namespace_state import (
+    NamespaceState,
+    PartitionTable,
+    TableCommit,
+    open_partition_table,
+    read_state,
+)
+from partitioning.state.scan import ScanPlan, plan_tables
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation, history_table
 from partitioning.storage.intents import Intent
@@ -42,14 +54,8 @@ from partitioning.storage.locations import PartitionKey as PartitionKey
 from partitioning.storage.locations import keyed_hex as keyed_hex
 from partitioning.storage.locations import keyed_namespace_name as keyed_namespace_name
 from partitioning.storage.locations import table_directory as table_directory
-from partitioning.state.lookup import existing_locations
 from partitioning.storage.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, manifest_schema
 from partitioning.storage.orphans import Orphan, find_orphans
-from partitioning.state.scan import ScanPlan, plan_tables
-from partitioning.spec.schema import NamespaceSchema
-from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
-from partitioning.state.namespace_state import NamespaceState, PartitionTable, TableCommit, open_partition_table, read_state
-from partitioning.spec.transforms import canonical_float
 
 __all__ = ["PartitionTable", "PartitionedNamespace", "TableCommit"]
 
@@ -364,7 +370,5 @@ class PartitionedNamespace:
 
     def indexes(self) -> pa.Table:
         """Per partition table and index: name, type, column, indexed and unindexed rows
-        (:func:`partitioning.search.indexes.list_indexes`)."""
-        from partitioning.search.indexes import list_indexes
-
-        return list_indexes(self)
+        (:func:`partitioning.state.describe.list_indexes`)."""
+        return list_indexes(self.partitions(), self.namespace_schema, self.storage_options)

@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from partitioning.errors import SchemaError
-from partitioning.sql.filters import Dialect
 from partitioning.spec.schema import NamespaceSchema
+from partitioning.sql.filters import Dialect
 from pipelines.columns.schema import spark_schema
 
 __all__ = ["dialect_options", "read_schema", "session_dialect"]

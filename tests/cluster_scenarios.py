@@ -25,8 +25,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-import pipelines.read.local as local_read
 import pipelines.columns.murmur3 as sm3
+import pipelines.read.local as local_read
 from partitioning.storage.manifest import ManifestStore
 from pipelines import compact, delete_rows, join_partitioned, read_partitioned, write_partitioned
 from pipelines.session import UDF_JAR

@@ -51,8 +51,8 @@ from pipelines import (
     write_partitioned,
 )
 from pipelines.columns import murmur3 as sm3
-from pipelines.search.indexes import create_vector_index
 from pipelines.read.join import join_partitioned_with_plan
+from pipelines.search.indexes import create_vector_index
 from pipelines.search.queries import knn_join, search_partitioned
 from pipelines.session import build_session, default_parallelism, is_connect
 

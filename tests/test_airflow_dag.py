@@ -22,9 +22,9 @@ import pytest
 
 from jobs import compact, ingest, vacuum
 from partitioning import PartitionedNamespace, parse_partition_by
-from partitioning.sql.filters import Dialect, columns_of, is_exactly_understood
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.partition_spec import time_hierarchy_gaps
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.sql.filters import Dialect, columns_of, is_exactly_understood
 
 REPO = Path(__file__).resolve().parents[1]
 DAG_FILE = REPO / "examples" / "airflow_dag.py"

@@ -16,8 +16,8 @@ from partitioning import InvalidInput, PartitionedNamespace
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import is_exactly_understood, parse_filter
 from partitioning.tables.write import write_table
-from pipelines.read.datasource import register_data_source
 from pipelines.read.dataframe import read_partitioned, session_dialect
+from pipelines.read.datasource import register_data_source
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("f", pa.float64())])
 VALUES = ["a\\nb", "a\nb", "US", "p", "x\\", "it's", "50%", None]

@@ -42,13 +42,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from partitioning import NamespaceSchema, PartitionedNamespace, PartitionField, PartitionSpec
+from partitioning.spec.partition_spec import parse_partition_by
+from partitioning.spec.schema import field_id_of
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import is_exactly_understood, parse_filter
-from partitioning.spec.schema import field_id_of
-from partitioning.spec.partition_spec import parse_partition_by
 from partitioning.tables.write import write_table
-from pipelines.read.datasource import register_data_source
 from pipelines.read.dataframe import dialect_options, read_partitioned, session_dialect
+from pipelines.read.datasource import register_data_source
 
 FILTERS_PER_TABLE = 10
 STATS = {"tables": 0, "filters": 0, "exact": 0, "jvm_same_tables": 0, "jvm_fewer_tables": 0, "jvm_more_tables": 0}

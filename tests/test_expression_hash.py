@@ -18,11 +18,11 @@ from datafusion import SessionContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioning.spec import murmur3 as m3
 from partitioning.errors import SpecError
+from partitioning.spec import murmur3 as m3
 from partitioning.spec.expression import evaluate_expression, find_calls, validate_expression
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.partition_spec import PartitionField
+from partitioning.spec.schema import NamespaceSchema
 
 SETTINGS = settings(max_examples=30, deadline=None, database=None)
 

@@ -12,8 +12,8 @@ import pytest
 from partitioning import PartitionedNamespace
 from partitioning.tables.maintenance import compact_local, delete_rows
 from partitioning.tables.write import write_table
-from pipelines.search.indexes import create_scalar_index, create_vector_index, optimize_indexes
 from pipelines.maintenance.operations import compact
+from pipelines.search.indexes import create_scalar_index, create_vector_index, optimize_indexes
 
 DIM = 16
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string()), pa.field("v", pa.list_(pa.float32(), DIM))])

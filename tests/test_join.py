@@ -31,8 +31,8 @@ from partitioning.plan.join import (
 )
 from partitioning.tables.write import write_table
 from pipelines import join_partitioned
-from pipelines.read.join import LancePartitionedJoinDataSource, join_partitioned_with_plan
 from pipelines.read.dataframe import read_partitioned
+from pipelines.read.join import LancePartitionedJoinDataSource, join_partitioned_with_plan
 
 UTC = dt.UTC
 HOWS = ["inner", "left", "right", "full"]

@@ -8,8 +8,8 @@ from pyspark.ml.linalg import Vectors
 from pyspark.sql import types as T
 from search_data import DIM, brute_force, create, data_of, distances, index_all, make_table
 
-from partitioning.search import knn_scan
 from partitioning.errors import InvalidInput, SchemaError
+from partitioning.search import knn_scan
 from partitioning.search.nearest import plan_search, search_tasks
 from pipelines.search.queries import knn_join
 

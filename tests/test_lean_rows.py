@@ -20,9 +20,9 @@ from wide_namespace import START, day_rows, wide_namespace
 import partitioning.state.namespace_state as state_module
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.errors import ConcurrentModification
+from partitioning.state.namespace_state import clear_state_cache
 from partitioning.storage.locations import LocationPlanner, keyed_namespace_name, object_id_from_location, seed_named
 from partitioning.storage.manifest import ManifestStore
-from partitioning.state.namespace_state import clear_state_cache
 from partitioning.tables.write import write_table
 
 

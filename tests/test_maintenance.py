@@ -24,6 +24,9 @@ from jobs import delete as delete_job
 from jobs import vacuum as vacuum_job
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
+from partitioning.namespace import PartitionTable
+from partitioning.storage.datasets import commit_version, write_new_fragments
+from partitioning.storage.manifest import ManifestStore
 from partitioning.tables.maintenance import (
     commit_compaction,
     compact_local,
@@ -34,9 +37,6 @@ from partitioning.tables.maintenance import (
     rewrite,
     vacuum,
 )
-from partitioning.storage.manifest import ManifestStore
-from partitioning.namespace import PartitionTable
-from partitioning.storage.datasets import commit_version, write_new_fragments
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned
 from pipelines.maintenance.operations import compact

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioning import PartitionedNamespace
-from partitioning.storage.manifest import ManifestStore
-from partitioning.state.rows import read_rows
 from partitioning.state.namespace_state import clear_state_cache, read_state
+from partitioning.state.rows import read_rows
 from partitioning.state.upkeep import compact_manifest
+from partitioning.storage.manifest import ManifestStore
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])

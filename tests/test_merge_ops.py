@@ -14,9 +14,9 @@ from jobs import merge as merge_job
 from partitioning.errors import ConcurrentModification, InvalidInput, SchemaError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
+from pipelines.write.dataframe import write_partitioned
 from pipelines.write.merge import merge_partitioned
 from pipelines.write.rewrite import update_rows
-from pipelines.write.dataframe import write_partitioned
 from tests import merge_oracle as oracle
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.int64())])

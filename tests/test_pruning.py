@@ -21,8 +21,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from partitioning.sql.binding import bind
 from partitioning.errors import InvalidInput
+from partitioning.namespace import PartitionedNamespace
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.sql.binding import bind
 from partitioning.sql.filters import (
     And,
     Cmp,
@@ -40,10 +43,7 @@ from partitioning.sql.filters import (
     parse_filter,
     to_sql,
 )
-from partitioning.namespace import PartitionedNamespace
 from partitioning.sql.rowfilter import arrow_predicate
-from partitioning.spec.schema import NamespaceSchema
-from partitioning.spec.partition_spec import PartitionField, PartitionSpec
 from partitioning.tables.write import write_table
 
 UTC = dt.UTC

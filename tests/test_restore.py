@@ -13,8 +13,8 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification, InvalidInput
-from partitioning.tables.maintenance import delete_rows, vacuum
 from partitioning.storage.manifest import ManifestStore
+from partitioning.tables.maintenance import delete_rows, vacuum
 from partitioning.tables.restore import restore
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned

@@ -19,14 +19,14 @@ from pyspark.sql import types as T
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, NamespaceNotFound
 from partitioning.storage.leases import list_leases, take_lease
-from partitioning.tables.maintenance import compact_local, delete_rows, plan_compaction
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import resolve_root
+from partitioning.tables.maintenance import compact_local, delete_rows, plan_compaction
 from partitioning.tables.write import FragmentWriter, write_table
 from pipelines import read_partitioned, write_partitioned
-from pipelines.read.datasource import LancePartitionedDataSource
 from pipelines.maintenance.operations import compact
 from pipelines.maintenance.operations import delete_rows as spark_delete_rows
+from pipelines.read.datasource import LancePartitionedDataSource
 from pipelines.read.reader import LanceInputPartition
 from pipelines.write.source_writer import LancePartitionedWriter
 

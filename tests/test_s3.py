@@ -37,8 +37,15 @@ from jobs import query as query_job
 from jobs import vacuum as vacuum_job
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, PartitioningError
-from partitioning.sql.filters import Dialect
 from partitioning.plan.join import join_output_schema, local_join, plan_namespace_join
+from partitioning.sql.filters import Dialect
+from partitioning.storage.roots import (
+    arrow_filesystem_kwargs,
+    filesystem_of,
+    parse_storage_option_args,
+    storage_option_pairs,
+    storage_options_from,
+)
 from partitioning.tables.maintenance import (
     compact_local,
     delete_rows,
@@ -46,13 +53,6 @@ from partitioning.tables.maintenance import (
     optimize_manifest,
     plan_compaction,
     vacuum,
-)
-from partitioning.storage.roots import (
-    arrow_filesystem_kwargs,
-    filesystem_of,
-    parse_storage_option_args,
-    storage_option_pairs,
-    storage_options_from,
 )
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned

@@ -23,6 +23,7 @@ from pyspark.errors import PySparkException
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import CorruptNamespace, PartitioningError
+from partitioning.storage.manifest import ManifestStore, check_location, contained, location_problem
 from partitioning.tables.maintenance import (
     compact_local,
     delete_rows,
@@ -30,7 +31,6 @@ from partitioning.tables.maintenance import (
     optimize_manifest,
     vacuum,
 )
-from partitioning.storage.manifest import ManifestStore, check_location, contained, location_problem
 from partitioning.tables.restore import restore
 from partitioning.tables.write import write_table
 from pipelines.maintenance import operations as spark_maintenance

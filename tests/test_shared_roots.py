@@ -26,9 +26,9 @@ from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, NamespaceNotFound
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
+from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
 from pipelines.read.datasource import LancePartitionedDataSource, PerScanPushdownDataSource
 from pipelines.read.join import LancePartitionedJoinDataSource
-from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
 from pipelines.session import check_root_for_master, is_relative_path, session_bound, session_master
 
 SCHEMA = pa.schema(

@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from partitioning.spec import murmur3 as m3
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.partition_spec import PartitionField
+from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import parse_transform
 from pipelines.columns import murmur3 as sm3
 from pipelines.columns import transforms as stf

@@ -23,8 +23,8 @@ from wide_namespace import START, day_rows, wide_namespace
 
 import partitioning.state.namespace_state as state_module
 from partitioning import PartitionedNamespace, TableCommit
-from partitioning.state.commits import MAX_PARTITION_VALUE_BYTES
 from partitioning.errors import InvalidInput
+from partitioning.state.commits import MAX_PARTITION_VALUE_BYTES
 from partitioning.state.namespace_state import clear_state_cache
 from partitioning.tables.write import write_table
 

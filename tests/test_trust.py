@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 from partitioning import InvalidInput, PartitionedNamespace, PartitioningError
 from partitioning.tables.maintenance import delete_rows as delete_rows_local
 from partitioning.tables.write import write_table
-from pipelines.read.datasource import register_data_source
 from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
 from pipelines.read.dataframe import read_partitioned
+from pipelines.read.datasource import register_data_source
 
 UTC = dt.UTC
 LA = "America/Los_Angeles"

@@ -28,8 +28,8 @@ import pytest
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification
 from partitioning.storage.leases import LEASE_DIR, LEASE_TTL, list_leases, write_lease
-from partitioning.tables.maintenance import drop_partitions, vacuum
 from partitioning.storage.manifest import ManifestStore
+from partitioning.tables.maintenance import drop_partitions, vacuum
 from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, write_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])

@@ -21,8 +21,8 @@ from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.vectors import cast_vectors, is_vector_type, spark_facing_type, vector_dimension
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
-from pipelines.read.join import join_partitioned_with_plan
 from pipelines.columns.schema import spark_schema
+from pipelines.read.join import join_partitioned_with_plan
 
 DIM = 4
 RNG = np.random.default_rng(13)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from partitioning.errors import InvalidInput
-from partitioning.sql.filters import Filter, TrueFilter, columns_of
 from partitioning.namespace import PartitionedNamespace
+from partitioning.sql.filters import Filter, TrueFilter, columns_of
 from partitioning.sql.rowfilter import arrow_predicate
 from partitioning.state.scan import ScanTask
 

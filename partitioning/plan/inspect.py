@@ -38,10 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import PartitioningError, first_line, translate_lance_errors
-from partitioning.sql.filters import Dialect, parse_filter
-from partitioning.storage.manifest import ManifestStore, join_uri, partition_column
 from partitioning.namespace import PartitionedNamespace, open_partition_table
+from partitioning.sql.filters import Dialect, parse_filter
 from partitioning.state.scan import ScanTask
+from partitioning.storage.manifest import ManifestStore, join_uri, partition_column
 from partitioning.storage.roots import filesystem_of
 
 __all__ = ["PARALLEL_OPENS", "files_schema", "files_table", "partition_type", "partitions_schema", "partitions_table"]

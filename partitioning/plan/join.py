@@ -48,12 +48,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioning.sql.binding import UnknownColumn, bind
 from partitioning.errors import InvalidInput
-from partitioning.sql.filters import Dialect, Filter, is_exactly_understood, parse_filter
 from partitioning.namespace import PartitionedNamespace, PartitionTable
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.partition_spec import PartitionSpec
+from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import (
     BucketTransform,
     DayTransform,
@@ -65,6 +63,8 @@ from partitioning.spec.transforms import (
     YearTransform,
     is_hashable_type,
 )
+from partitioning.sql.binding import UnknownColumn, bind
+from partitioning.sql.filters import Dialect, Filter, is_exactly_understood, parse_filter
 
 __all__ = [
     "JOIN_TYPES",

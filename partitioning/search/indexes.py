@@ -25,14 +25,14 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
+from partitioning.namespace import PartitionedNamespace, TableCommit, open_partition_table
+from partitioning.search.index_model import IndexSpec, VectorModel, load_model, model_kwargs
+from partitioning.spec.schema import field_id_of
+from partitioning.spec.vectors import is_vector_type, vector_dimension
+from partitioning.state.scan import ScanTask
+from partitioning.storage.datasets import COMMIT_MESSAGE, dataset_columns, latest_keeping_indexes
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation
-from partitioning.search.index_model import IndexSpec, VectorModel, load_model, model_kwargs
-from partitioning.namespace import PartitionedNamespace, TableCommit, open_partition_table
-from partitioning.state.scan import ScanTask
-from partitioning.spec.schema import field_id_of
-from partitioning.storage.datasets import COMMIT_MESSAGE, dataset_columns, latest_keeping_indexes
-from partitioning.spec.vectors import is_vector_type, vector_dimension
 
 __all__ = [
     "METRICS",
@@ -46,7 +46,6 @@ __all__ = [
     "commit_indexes",
     "define_scalar_index",
     "define_vector_index",
-    "list_indexes",
     "plan_index_tasks",
     "sample_vectors",
 ]
@@ -317,54 +316,3 @@ def _rebuild(ns: PartitionedNamespace, head: lance.LanceDataset, build: IndexBui
     ids, full = _fragments_to_index(head, spec, not build.task.full)
     task = replace(build.task, read_version=int(head.version), fragment_ids=ids, full=full)
     return build_segment(task)
-
-
-def list_indexes(ns: PartitionedNamespace) -> pa.Table:
-    """One row per (partition table, index): name, type, column, indexed and unindexed rows."""
-    rows: dict[str, list[object]] = {k: [] for k in _LIST_SCHEMA.names}
-    for t in ns.partitions():
-        if t.read_version is None:
-            continue
-        ds = open_partition_table(t.uri, t.read_version, None, None, ns.storage_options)
-        names = {v: k for k, v in dataset_columns(ds.schema, ns.namespace_schema).items()}
-        total = ds.count_rows()
-        for d in ds.describe_indices():
-            try:
-                stats = ds.stats.index_stats(d.name)
-                kind, indexed, unindexed = (
-                    str(stats["index_type"]),
-                    stats["num_indexed_rows"],
-                    stats["num_unindexed_rows"],
-                )
-            except (OSError, ValueError, RuntimeError, KeyError):
-                kind, indexed, unindexed = d.type_url.rsplit(".", 1)[-1], d.num_rows_indexed, total - d.num_rows_indexed
-            for key, value in zip(
-                _LIST_SCHEMA.names,
-                [
-                    t.object_id,
-                    t.location,
-                    t.read_version,
-                    d.name,
-                    kind.upper(),
-                    names.get(d.field_names[0], d.field_names[0]),
-                    indexed,
-                    unindexed,
-                ],
-                strict=True,
-            ):
-                rows[key].append(value)
-    return pa.table(rows, schema=_LIST_SCHEMA)
-
-
-_LIST_SCHEMA = pa.schema(
-    [
-        ("object_id", pa.string()),
-        ("location", pa.string()),
-        ("read_version", pa.int64()),
-        ("index_name", pa.string()),
-        ("index_type", pa.string()),
-        ("column", pa.string()),
-        ("indexed_rows", pa.int64()),
-        ("unindexed_rows", pa.int64()),
-    ]
-)

@@ -28,16 +28,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioning.search import knn_scan
-from partitioning.sql.binding import bind
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError, first_line, translate_lance_errors
-from partitioning.sql.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood, parse_filter
 from partitioning.namespace import PartitionedNamespace, open_partition_table
+from partitioning.search import knn_scan
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.vectors import is_vector_type, vector_dimension
+from partitioning.sql.binding import bind
+from partitioning.sql.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood, parse_filter
 from partitioning.sql.rowfilter import arrow_predicate, lance_filter
 from partitioning.state.scan import ScanTask
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.storage.datasets import dataset_columns, reconcile
-from partitioning.spec.vectors import is_vector_type, vector_dimension
 
 __all__ = [
     "DISTANCE",

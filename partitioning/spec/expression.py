@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 from datafusion import SessionContext, udf
 
-from partitioning.spec import murmur3 as m3
 from partitioning.errors import SpecError
+from partitioning.spec import murmur3 as m3
 from partitioning.sql.engine import clip, datafusion_line, sql_tokens
 
 _TOKEN = re.compile(

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioning.spec import murmur3 as m3
 from partitioning.errors import SpecError
+from partitioning.spec import murmur3 as m3
 
 __all__ = [
     "TRANSFORM_NAMES",

@@ -42,7 +42,6 @@ from partitioning.sql.filters import (
     TrueFilter,
     negation_normal_form,
 )
-from partitioning.sql.tokens import DECIMAL_CONTEXT, Dialect
 from partitioning.sql.timezones import (
     is_fixed_offset,
     local_to_instant,
@@ -50,6 +49,7 @@ from partitioning.sql.timezones import (
     parse_timestamp_text,
     resolve_zone,
 )
+from partitioning.sql.tokens import DECIMAL_CONTEXT, Dialect
 
 __all__ = ["UnknownColumn", "bind", "resolve_column"]
 

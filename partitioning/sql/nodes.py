@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from partitioning.sql.tokens import DECIMAL_CONTEXT, Dialect
 from partitioning.sql.timezones import local_to_instant, parse_date_text, parse_timestamp_text, resolve_zone
+from partitioning.sql.tokens import DECIMAL_CONTEXT, Dialect
 
 __all__ = [
     "Between",

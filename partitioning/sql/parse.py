@@ -33,8 +33,8 @@ from partitioning.sql.nodes import (
     cast_literal,
     number_literal,
 )
-from partitioning.sql.tokens import MAX_TOKENS, Dialect, SqlSyntaxError, Token, tokenize
 from partitioning.sql.timezones import local_to_instant, parse_date_text, parse_timestamp_text, resolve_zone
+from partitioning.sql.tokens import MAX_TOKENS, Dialect, SqlSyntaxError, Token, tokenize
 
 __all__ = [
     "MAX_DEPTH",

@@ -21,14 +21,28 @@ import lance
 import pyarrow as pa
 
 from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
+from partitioning.spec.transforms import canonical_float
+from partitioning.state.namespace_state import (
+    ManifestHandle,
+    NamespaceState,
+    TableCommit,
+    state_after_merge,
+    state_after_rewrite,
+)
+from partitioning.state.upkeep import fold_merge, maybe_compact_manifest
 from partitioning.storage.guard import Guard, Reference, guarded
 from partitioning.storage.history import Operation
-from partitioning.storage.intents import INTENT_KEY, Intent, IntentWait, blocking, intents_in, wait_until_released, with_intents
+from partitioning.storage.intents import (
+    INTENT_KEY,
+    Intent,
+    IntentWait,
+    blocking,
+    intents_in,
+    wait_until_released,
+    with_intents,
+)
 from partitioning.storage.locations import object_id_from_location, seed_named, spec_id_of
 from partitioning.storage.manifest import ManifestStore, partition_column, table_uri
-from partitioning.state.namespace_state import ManifestHandle, NamespaceState, TableCommit, state_after_merge, state_after_rewrite
-from partitioning.spec.transforms import canonical_float
-from partitioning.state.upkeep import fold_merge, maybe_compact_manifest
 
 __all__ = [
     "DEFAULT_COMMIT_RETRIES",

@@ -1,18 +1,22 @@
-"""Describing a namespace: runtime properties (SPEC-NOTES 17) and a readable layout."""
+"""Describing a namespace: runtime properties (SPEC-NOTES 17), a readable layout and its indexes."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from partitioning.errors import NamespaceNotFound
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.state.namespace_state import NamespaceState, PartitionTable, open_partition_table
+from partitioning.storage.datasets import dataset_columns
 from partitioning.storage.locations import spec_id_of
 from partitioning.storage.manifest import partition_column
-from partitioning.state.namespace_state import NamespaceState
 
-__all__ = ["describe_namespace", "format_partition_value", "layout"]
+__all__ = ["describe_namespace", "format_partition_value", "layout", "list_indexes"]
 
 
 def format_partition_value(value: Any) -> str | None:
@@ -67,3 +71,56 @@ def layout(state: NamespaceState, root: str) -> str:
 def _show(value: Any) -> str:
     text = format_partition_value(value)
     return "NULL" if text is None else text
+
+
+def list_indexes(
+    tables: Iterable[PartitionTable], schema: NamespaceSchema, storage_options: Mapping[str, str] | None
+) -> pa.Table:
+    """One row per (partition table, index): name, type, column, indexed and unindexed rows."""
+    rows: dict[str, list[object]] = {k: [] for k in _LIST_SCHEMA.names}
+    for t in tables:
+        if t.read_version is None:
+            continue
+        ds = open_partition_table(t.uri, t.read_version, None, None, storage_options)
+        names = {v: k for k, v in dataset_columns(ds.schema, schema).items()}
+        total = ds.count_rows()
+        for d in ds.describe_indices():
+            try:
+                stats = ds.stats.index_stats(d.name)
+                kind, indexed, unindexed = (
+                    str(stats["index_type"]),
+                    stats["num_indexed_rows"],
+                    stats["num_unindexed_rows"],
+                )
+            except (OSError, ValueError, RuntimeError, KeyError):
+                kind, indexed, unindexed = d.type_url.rsplit(".", 1)[-1], d.num_rows_indexed, total - d.num_rows_indexed
+            for key, value in zip(
+                _LIST_SCHEMA.names,
+                [
+                    t.object_id,
+                    t.location,
+                    t.read_version,
+                    d.name,
+                    kind.upper(),
+                    names.get(d.field_names[0], d.field_names[0]),
+                    indexed,
+                    unindexed,
+                ],
+                strict=True,
+            ):
+                rows[key].append(value)
+    return pa.table(rows, schema=_LIST_SCHEMA)
+
+
+_LIST_SCHEMA = pa.schema(
+    [
+        ("object_id", pa.string()),
+        ("location", pa.string()),
+        ("read_version", pa.int64()),
+        ("index_name", pa.string()),
+        ("index_type", pa.string()),
+        ("column", pa.string()),
+        ("indexed_rows", pa.int64()),
+        ("unindexed_rows", pa.int64()),
+    ]
+)

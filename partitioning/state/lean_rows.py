@@ -21,9 +21,9 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.state.lookup import match_namespace_rows, match_table_rows, prefix_mask
 from partitioning.storage.manifest import ROW_ADDRESS, ManifestStore
-from partitioning.spec.partition_spec import PartitionSpec
 
 __all__ = ["LEAN_MIN_ROWS", "MAX_FETCH", "LeanRows", "plain_row"]
 

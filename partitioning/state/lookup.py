@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioning.storage.locations import PartitionKey, spec_id_of
-from partitioning.storage.manifest import partition_column
 from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.transforms import canonical_float
+from partitioning.storage.locations import PartitionKey, spec_id_of
+from partitioning.storage.manifest import partition_column
 
 __all__ = [
     "candidate_mask",

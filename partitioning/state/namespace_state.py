@@ -22,15 +22,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import CorruptNamespace, InvalidInput, NamespaceNotFound, SpecError, translate_lance_errors
+from partitioning.spec.partition_spec import PartitionSpec
+from partitioning.spec.schema import NamespaceSchema, field_id_of
+from partitioning.spec.transforms import canonical_float
 from partitioning.state.lean_rows import LEAN_MIN_ROWS, LeanRows, plain_row
-from partitioning.storage.locations import PartitionKey, spec_id_of
 from partitioning.state.lookup import namespace_rows, rows_by_id, table_rows_for_keys
-from partitioning.storage.manifest import ROW_ADDRESS, SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column, table_uri
 from partitioning.state.rows import ReadRows, read_rows
 from partitioning.state.scan import table_rows_by_spec
-from partitioning.spec.schema import NamespaceSchema, field_id_of
-from partitioning.spec.partition_spec import PartitionSpec
-from partitioning.spec.transforms import canonical_float
+from partitioning.storage.locations import PartitionKey, spec_id_of
+from partitioning.storage.manifest import (
+    ROW_ADDRESS,
+    SCHEMA_KEY,
+    SPEC_KEY_PREFIX,
+    ManifestStore,
+    partition_column,
+    table_uri,
+)
 
 if TYPE_CHECKING:
     from partitioning.storage.guard import Guard

@@ -27,11 +27,8 @@ import pyarrow.compute as pc
 
 from partitioning.errors import PartitioningError
 from partitioning.spec.expression import evaluate_expression_scalar
-from partitioning.sql.filters import And, Approx, Cmp, Const, Filter, In, IsNull, Like, Not, Opaque, Or, TrueFilter, size_of
-from partitioning.storage.manifest import partition_column
-from partitioning.spec.schema import NamespaceSchema, field_id_of
 from partitioning.spec.partition_spec import PartitionField, PartitionSpec
-from partitioning.sql.tokens import DECIMAL_CONTEXT
+from partitioning.spec.schema import NamespaceSchema, field_id_of
 from partitioning.spec.transforms import (
     DayTransform,
     HourTransform,
@@ -41,6 +38,23 @@ from partitioning.spec.transforms import (
     TruncateTransform,
     YearTransform,
 )
+from partitioning.sql.filters import (
+    And,
+    Approx,
+    Cmp,
+    Const,
+    Filter,
+    In,
+    IsNull,
+    Like,
+    Not,
+    Opaque,
+    Or,
+    TrueFilter,
+    size_of,
+)
+from partitioning.sql.tokens import DECIMAL_CONTEXT
+from partitioning.storage.manifest import partition_column
 
 __all__ = ["partition_condition"]
 

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import translate_lance_errors
-from partitioning.storage.manifest import ROW_ADDRESS, ManifestStore
 from partitioning.storage.datasets import fragment_state
+from partitioning.storage.manifest import ROW_ADDRESS, ManifestStore
 
 __all__ = ["ReadRows", "read_rows"]
 

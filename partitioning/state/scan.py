@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import CorruptNamespace
-from partitioning.sql.filters import Filter, TrueFilter, to_sql
-from partitioning.storage.manifest import partition_column, table_uri
-from partitioning.state.pruning import partition_condition
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.partition_spec import PartitionSpec
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.sql.filters import Filter, TrueFilter, to_sql
+from partitioning.state.pruning import partition_condition
+from partitioning.storage.manifest import partition_column, table_uri
 
 __all__ = ["ScanPlan", "ScanTask", "plan_tables", "table_rows_by_spec"]
 

@@ -40,9 +40,15 @@ from lance.optimize import Compaction, CompactionTask, RewriteResult
 from lance.schema import LanceSchema
 
 from partitioning.errors import ConcurrentModification, InvalidInput, SchemaError, translate_lance_errors
+from partitioning.spec.schema import (
+    DATASET_FIELD_ID_KEY,
+    NamespaceSchema,
+    check_widening,
+    dataset_field_id,
+    field_id_of,
+)
 from partitioning.storage.locations import TABLE_DIR_RE
 from partitioning.storage.manifest import filesystem_of
-from partitioning.spec.schema import DATASET_FIELD_ID_KEY, NamespaceSchema, check_widening, dataset_field_id, field_id_of
 
 __all__ = [
     "align_schema",

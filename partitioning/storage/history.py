@@ -33,8 +33,8 @@ import lance
 import pyarrow as pa
 
 from partitioning.errors import InvalidInput, translate_lance_errors
-from partitioning.storage.manifest import ManifestStore
 from partitioning.sql.timezones import as_utc, resolve_zone
+from partitioning.storage.manifest import ManifestStore
 
 __all__ = [
     "HISTORY_SCHEMA",

@@ -30,7 +30,6 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
-from partitioning.storage.staged import applied_tokens, effective_properties, properties_of, staged_key, staged_tokens
 from partitioning.storage.roots import (
     filesystem_of,
     normalize_storage_options,
@@ -39,6 +38,7 @@ from partitioning.storage.roots import (
     storage_errors,
     store_unreachable,
 )
+from partitioning.storage.staged import applied_tokens, effective_properties, properties_of, staged_key, staged_tokens
 
 __all__ = [
     "MANIFEST_DIR",

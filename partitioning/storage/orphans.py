@@ -27,9 +27,9 @@ from lance import LanceOperation
 
 from partitioning.errors import PartitioningError, translate_lance_errors
 from partitioning.search.index_model import MODEL_DIR
+from partitioning.storage.datasets import _ours
 from partitioning.storage.locations import TABLE_DIR_RE
 from partitioning.storage.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
-from partitioning.storage.datasets import _ours
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
 DATA_FILE_SUFFIX = ".lance"

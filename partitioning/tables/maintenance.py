@@ -37,12 +37,25 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
+from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit, open_partition_table
+from partitioning.progress import progress
+from partitioning.sql.engine import matching_rows
 from partitioning.sql.filters import Dialect, Filter, TrueFilter, parse_filter, referenced_columns
+from partitioning.sql.timezones import as_utc
+from partitioning.state.scan import ScanTask
+from partitioning.state.upkeep import compact_manifest
+from partitioning.storage.datasets import (
+    commit_rewrites,
+    compact_fragments,
+    dataset_columns,
+    latest_keeping_indexes,
+    reconcile,
+    restore_as_latest,
+)
 from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
 from partitioning.storage.leases import ended_marks, list_leases, protected_bases, protected_since, vacuum_lease
 from partitioning.storage.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
-from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit, open_partition_table
 from partitioning.storage.orphans import (
     delete_files,
     find_orphans,
@@ -53,20 +66,7 @@ from partitioning.storage.orphans import (
     remove_empty_dirs,
     table_files,
 )
-from partitioning.progress import progress
 from partitioning.tables.rewrites import PARALLEL_COMMITS, delete_and_append
-from partitioning.state.scan import ScanTask
-from partitioning.sql.engine import matching_rows
-from partitioning.storage.datasets import (
-    commit_rewrites,
-    compact_fragments,
-    dataset_columns,
-    latest_keeping_indexes,
-    reconcile,
-    restore_as_latest,
-)
-from partitioning.sql.timezones import as_utc
-from partitioning.state.upkeep import compact_manifest
 
 __all__ = [
     "CompactionResult",

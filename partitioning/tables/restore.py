@@ -42,14 +42,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from partitioning.state.commits import WRITE_IDS_PROPERTY, commit_metadata, merge_manifest_rows
 from partitioning.errors import ConcurrentModification, InvalidInput, PartitioningError
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.state.commits import WRITE_IDS_PROPERTY, commit_metadata, merge_manifest_rows
+from partitioning.state.namespace_state import NamespaceState, read_state
 from partitioning.storage.guard import Reference, ReferenceGone, guarded, missing_references
 from partitioning.storage.history import Operation, version_at
 from partitioning.storage.manifest import SCHEMA_KEY, ManifestStore
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.storage.staged import APPLIED_KEY, staged_key
-from partitioning.state.namespace_state import NamespaceState, read_state
 
 __all__ = ["RestoreResult", "restore"]
 

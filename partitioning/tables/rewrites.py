@@ -31,13 +31,10 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
-from partitioning.sql.filters import Dialect, Filter
-from partitioning.storage.guard import Guard
-from partitioning.storage.history import Operation
-from partitioning.storage.intents import Intent
-from partitioning.storage.manifest import table_uri
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.transforms import canonical_float
+from partitioning.sql.filters import Dialect, Filter
 from partitioning.storage.datasets import (
     COMMIT_MESSAGE,
     DEFAULT_COMMIT_ATTEMPTS,
@@ -47,7 +44,10 @@ from partitioning.storage.datasets import (
     latest_keeping_indexes,
     renumber,
 )
-from partitioning.spec.transforms import canonical_float
+from partitioning.storage.guard import Guard
+from partitioning.storage.history import Operation
+from partitioning.storage.intents import Intent
+from partitioning.storage.manifest import table_uri
 from partitioning.tables.write import (
     PARALLEL_COMMITS,
     CommitResult,

@@ -31,12 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
-from partitioning.state.commits import check_partition_value_sizes
 from partitioning.errors import ConcurrentModification, PartitioningError, SchemaError
-from partitioning.storage.guard import Guard, guarded
-from partitioning.storage.history import Operation
-from partitioning.storage.intents import Intent
-from partitioning.storage.manifest import table_uri
 from partitioning.namespace import (
     LocationPlanner,
     PartitionedNamespace,
@@ -45,16 +40,8 @@ from partitioning.namespace import (
     TableCommit,
     format_partition_value,
 )
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.partition_spec import PartitionField
-from partitioning.storage.datasets import (
-    DEFAULT_COMMIT_ATTEMPTS,
-    PARALLEL_STATS,
-    check_namespace_root,
-    commit_version,
-    missing_data_files,
-    write_new_fragments,
-)
+from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import canonical_float
 from partitioning.spec.vectors import (
     as_lists,
@@ -65,6 +52,19 @@ from partitioning.spec.vectors import (
     vector_dimension,
     wrong_lengths,
 )
+from partitioning.state.commits import check_partition_value_sizes
+from partitioning.storage.datasets import (
+    DEFAULT_COMMIT_ATTEMPTS,
+    PARALLEL_STATS,
+    check_namespace_root,
+    commit_version,
+    missing_data_files,
+    write_new_fragments,
+)
+from partitioning.storage.guard import Guard, guarded
+from partitioning.storage.history import Operation
+from partitioning.storage.intents import Intent
+from partitioning.storage.manifest import table_uri
 
 __all__ = [
     "PARALLEL_COMMITS",

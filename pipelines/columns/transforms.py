@@ -18,8 +18,8 @@ from pyspark.sql.pandas.types import from_arrow_type
 
 from partitioning.errors import SpecError
 from partitioning.spec.expression import evaluate_expression
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.partition_spec import PartitionField
+from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import (
     BucketTransform,
     DayTransform,

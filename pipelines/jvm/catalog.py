@@ -25,18 +25,18 @@ import pyarrow.fs as pafs
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, NamespaceAlreadyExists, NamespaceNotFound, SpecError, TableNotFound
-from partitioning.storage.history import version_at
+from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.identity_match import identity_everywhere
+from partitioning.storage.history import version_at
 from partitioning.storage.leases import LEASE_DIR
 from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore, filesystem_of, join_uri
-from partitioning.namespace import PartitionedNamespace
 from partitioning.storage.orphans import delete_files, remove_empty_dirs, table_files
 from partitioning.storage.roots import resolve_root
 from partitioning.storage.unborn import purge_namespace, table_dirs
-from pipelines.jvm.alter import alter_table
 from pipelines.columns.schema import namespace_schema_from_spark
-from pipelines.session import is_relative_path
 from pipelines.columns.spec_transforms import describe_partitioning, partition_spec
+from pipelines.jvm.alter import alter_table
+from pipelines.session import is_relative_path
 
 __all__ = ["call_catalog", "table_root"]
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from partitioning.sql.binding import bind
 from partitioning.errors import ConcurrentModification
+from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.identity_match import matching_tables
+from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect
+from partitioning.sql.predicates import predicates_from_json
 from partitioning.storage.guard import guarded
 from partitioning.storage.history import Operation
-from partitioning.plan.identity_match import matching_tables
-from partitioning.namespace import PartitionedNamespace
-from partitioning.sql.predicates import predicates_from_json
 
 __all__ = ["drop_matching"]
 

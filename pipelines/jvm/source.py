@@ -34,11 +34,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceWriter
 from pyspark.sql.types import NullType, StructField, StructType
 
-from partitioning.sql.binding import bind
 from partitioning.errors import InvalidInput, first_line
-from partitioning.sql.filters import Dialect, Filter, TrueFilter, conjunction, is_exactly_understood
-from partitioning.plan.identity_match import matching_tables
 from partitioning.namespace import PartitionedNamespace, open_partition_table
+from partitioning.plan.identity_match import matching_tables
+from partitioning.sql.binding import bind
+from partitioning.sql.filters import Dialect, Filter, TrueFilter, conjunction, is_exactly_understood
 from partitioning.sql.predicates import predicates_from_json
 from partitioning.state.scan import ScanPlan
 from partitioning.storage.roots import storage_options_from

@@ -27,18 +27,18 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from partitioning.sql.binding import bind
 from partitioning.errors import ConcurrentModification, InvalidInput
+from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.identity_match import identity_columns, matching_tables
+from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, TrueFilter, columns_of, to_sql
+from partitioning.sql.predicates import predicates_from_json
+from partitioning.sql.rowfilter import arrow_predicate
 from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
-from partitioning.plan.identity_match import identity_columns, matching_tables
 from partitioning.storage.leases import keep_alive, release_lease, take_lease
-from partitioning.namespace import PartitionedNamespace
-from partitioning.sql.predicates import predicates_from_json
-from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_table, commit_rewrite
-from partitioning.sql.rowfilter import arrow_predicate
 from partitioning.storage.roots import storage_options_from
+from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_table, commit_rewrite
 from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, conform_table, part_column
 from pipelines.jvm.drop import drop_matching
 from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE

@@ -15,8 +15,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from partitioning.plan import inspect as core
-from pipelines.read_options import session_dialect
 from pipelines.columns.schema import spark_schema
+from pipelines.read_options import session_dialect
 from pipelines.session import driver_root
 
 __all__ = ["files_table", "partitions_table"]

@@ -21,8 +21,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
+from partitioning.namespace import PartitionedNamespace
 from partitioning.sql.filters import Filter
+from partitioning.state.scan import ScanTask
 from partitioning.storage.guard import guarded
+from partitioning.storage.roots import storage_option_pairs
 from partitioning.tables.maintenance import (
     DEFAULT_TARGET_ROWS,
     CompactionResult,
@@ -37,15 +40,12 @@ from partitioning.tables.maintenance import (
 )
 from partitioning.tables.maintenance import delete_rows as delete_rows_local
 from partitioning.tables.maintenance import drop_partitions as drop_partitions_local
-from partitioning.namespace import PartitionedNamespace
-from partitioning.state.scan import ScanTask
-from partitioning.storage.roots import storage_option_pairs
-from pipelines.read_options import dialect_options, session_dialect
 from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.read_options import dialect_options, session_dialect
 from pipelines.session import describe_jobs, driver_root
-from pipelines.write.small import small_target
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
+from pipelines.write.small import small_target
 
 __all__ = ["compact", "delete_rows", "drop_partitions", "optimize_manifest", "vacuum"]
 

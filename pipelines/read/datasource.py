@@ -53,15 +53,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, NamespaceNotFound, PartitioningError, SpecError
+from partitioning.namespace import PartitionedNamespace
 from partitioning.storage.history import version_at
 from partitioning.storage.manifest import ManifestStore
-from partitioning.namespace import PartitionedNamespace
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
-from pipelines.read_options import read_schema
 from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE, LancePartitionedReader, PerScanPushdownReader
+from pipelines.read_options import read_schema
 from pipelines.session import check_source_root, is_connect, is_relative_path, register_bound
-from pipelines.write.source_writer import LancePartitionedWriter, root_in_schema, with_root
 from pipelines.spark_errors import hide_worker_traceback
+from pipelines.write.source_writer import LancePartitionedWriter, root_in_schema, with_root
 
 __all__ = [
     "READ_OPTIONS",

@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput
-from partitioning.sql.filters import Dialect, Filter, TrueFilter
+from partitioning.namespace import PartitionedNamespace, PartitionTable, open_partition_table
 from partitioning.plan.join import (
     JoinPlan,
     JoinTask,
@@ -52,13 +52,13 @@ from partitioning.plan.join import (
     shared_columns,
     validate_join,
 )
-from partitioning.namespace import PartitionedNamespace, PartitionTable, open_partition_table
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.storage.roots import storage_option_pairs, storage_options_from
 from partitioning.spec.vectors import spark_facing_schema
+from partitioning.sql.filters import Dialect, Filter, TrueFilter
+from partitioning.storage.roots import storage_option_pairs, storage_options_from
+from pipelines.columns.schema import spark_schema
 from pipelines.read.dataframe import TableSlice, dialect_options, read_partitioned, read_table, session_dialect
 from pipelines.read.reader import dialect_from_options
-from pipelines.columns.schema import spark_schema
 from pipelines.session import check_source_root, default_parallelism, driver_root, register_bound
 
 __all__ = ["LancePartitionedJoinDataSource", "join_partitioned", "join_partitioned_with_plan"]

@@ -25,10 +25,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from partitioning.errors import PartitioningError, first_line
-from partitioning.sql.filters import Filter
 from partitioning.namespace import PartitionedNamespace, open_partition_table
-from partitioning.state.scan import ScanTask
 from partitioning.spec.vectors import spark_facing_schema
+from partitioning.sql.filters import Filter
+from partitioning.state.scan import ScanTask
 from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
 from pipelines.session import active_session_kept
 

@@ -37,8 +37,11 @@ from pyspark.sql import datasource as ds
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from partitioning.sql.binding import bind
 from partitioning.errors import CorruptNamespace, InvalidInput, PartitioningError, first_line, translate_lance_errors
+from partitioning.namespace import PartitionedNamespace, open_partition_table
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.vectors import spark_facing_schema
+from partitioning.sql.binding import bind
 from partitioning.sql.filters import (
     Cmp,
     Dialect,
@@ -53,12 +56,9 @@ from partitioning.sql.filters import (
     is_exactly_understood,
     parse_filter,
 )
-from partitioning.namespace import PartitionedNamespace, open_partition_table
 from partitioning.sql.rowfilter import arrow_predicate, lance_filter
 from partitioning.state.scan import ScanTask
-from partitioning.spec.schema import NamespaceSchema
 from partitioning.storage.datasets import dataset_columns, reconcile
-from partitioning.spec.vectors import spark_facing_schema
 from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [

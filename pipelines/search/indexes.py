@@ -21,8 +21,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from partitioning.errors import InvalidInput
-from partitioning.sql.filters import Filter
-from partitioning.storage.guard import guarded
+from partitioning.namespace import PartitionedNamespace
 from partitioning.search.index_model import IndexSpec, record_spec, recorded_specs, save_model, train_model
 from partitioning.search.indexes import (
     DEFAULT_SAMPLE_SIZE,
@@ -37,8 +36,9 @@ from partitioning.search.indexes import (
     plan_index_tasks,
     sample_vectors,
 )
-from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.vectors import vector_dimension
+from partitioning.sql.filters import Filter
+from partitioning.storage.guard import guarded
 from pipelines.read_options import session_dialect
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import spark_errors

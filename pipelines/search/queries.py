@@ -35,9 +35,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.state.scan import ScanTask
 from partitioning.search.nearest import DISTANCE, SearchPlan, merge_top_k, plan_search, query_matrix, search_tasks
 from partitioning.spec.vectors import spark_facing_type
+from partitioning.state.scan import ScanTask
 from pipelines.read_options import session_dialect
 from pipelines.session import driver_root
 from pipelines.spark_errors import hide_worker_traceback, translate_spark_error

@@ -23,12 +23,12 @@ from partitioning.errors import (
     SchemaError,
     SpecError,
 )
+from partitioning.namespace import PartitionedNamespace
+from partitioning.spec.partition_spec import PartitionSpec, parse_partition_by
+from partitioning.spec.schema import NamespaceSchema, check_widening
+from partitioning.storage.datasets import check_namespace_root, check_new_root
 from partitioning.storage.guard import guarded
 from partitioning.storage.manifest import ManifestStore
-from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.schema import NamespaceSchema, check_widening
-from partitioning.spec.partition_spec import PartitionSpec, parse_partition_by
-from partitioning.storage.datasets import check_namespace_root, check_new_root
 from partitioning.storage.unborn import discard_unborn
 from partitioning.tables.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
@@ -41,10 +41,10 @@ from partitioning.tables.write import (
     part_column,
 )
 from pipelines.columns.schema import is_ml_vector, namespace_schema_from_spark, spark_schema, spark_to_arrow_schema
-from pipelines.session import describe_jobs, driver_root, is_connect
-from pipelines.write.small import small_rows
-from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.columns.transforms import select_partition_columns
+from pipelines.session import describe_jobs, driver_root, is_connect
+from pipelines.spark_errors import ERROR_MARKER, spark_errors
+from pipelines.write.small import small_rows
 
 __all__ = ["conform_dataframe", "merge_spark_schema", "write_fragments", "write_partitioned"]
 

@@ -30,17 +30,17 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
-from partitioning.storage.history import Operation
 from partitioning.namespace import PartitionedNamespace
-from partitioning.tables.rewrites import ReadSet, RewriteResult
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import canonical_float
-from pipelines.read_options import session_dialect
-from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
-from pipelines.write.rewrite import DEFAULT_ATTEMPTS, Round, addresses, commit_changes, rerun_on_conflict, target_rows
-from pipelines.session import driver_root
-from pipelines.write.small import small_copy, small_target
+from partitioning.storage.history import Operation
+from partitioning.tables.rewrites import ReadSet, RewriteResult
 from pipelines.columns.transforms import with_partition_columns
+from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.read_options import session_dialect
+from pipelines.session import driver_root
+from pipelines.write.rewrite import DEFAULT_ATTEMPTS, Round, addresses, commit_changes, rerun_on_conflict, target_rows
+from pipelines.write.small import small_copy, small_target
 
 __all__ = ["merge_partitioned"]
 

@@ -24,23 +24,23 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from partitioning.sql.binding import bind
-from partitioning.state.commits import release_intent, take_intent
 from partitioning.errors import ConcurrentModification, InvalidInput, PartitioningError, first_line
+from partitioning.namespace import PartitionedNamespace
+from partitioning.sql.binding import bind
 from partitioning.sql.filters import is_exactly_understood, parse_filter
+from partitioning.state.commits import release_intent, take_intent
 from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
 from partitioning.storage.intents import Intent
-from partitioning.namespace import PartitionedNamespace
-from partitioning.tables.rewrites import ReadSet, ReadSetChanged, RewriteResult, addresses_by_table, commit_rewrite
 from partitioning.storage.roots import storage_option_pairs
-from pipelines.read_options import dialect_options, session_dialect
+from partitioning.tables.rewrites import ReadSet, ReadSetChanged, RewriteResult, addresses_by_table, commit_rewrite
 from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.read_options import dialect_options, session_dialect
 from pipelines.session import describe_jobs, driver_root
-from pipelines.write.small import small_target
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import session_or_active
 from pipelines.write.dataframe import write_fragments
+from pipelines.write.small import small_target
 
 __all__ = [
     "DEFAULT_ATTEMPTS",

@@ -32,11 +32,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from partitioning.errors import InvalidInput, first_line
-from partitioning.sql.filters import TrueFilter
 from partitioning.namespace import PartitionedNamespace
+from partitioning.sql.filters import TrueFilter
+from pipelines.columns.schema import spark_schema
 from pipelines.read.local import local_table
 from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE, TableSlice
-from pipelines.columns.schema import spark_schema
 from pipelines.session import active_session_kept, is_connect
 
 __all__ = [

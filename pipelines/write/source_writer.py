@@ -54,13 +54,13 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructField, StructType
 
 from partitioning.errors import InvalidInput, PartitioningError, SpecError
+from partitioning.namespace import PartitionedNamespace
+from partitioning.spec.partition_spec import parse_partition_by
+from partitioning.storage.datasets import check_namespace_root, check_new_root
 from partitioning.storage.guard import Guard
 from partitioning.storage.leases import keep_alive, release_lease, take_lease
 from partitioning.storage.manifest import ManifestStore
-from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.partition_spec import parse_partition_by
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, storage_options_from
-from partitioning.storage.datasets import check_namespace_root, check_new_root
 from partitioning.storage.unborn import discard_unborn
 from partitioning.tables.write import (
     DEFAULT_MAX_ROWS_PER_FILE,
