@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 import pipelines.write.dataframe as write_module
 from pipelines import read_partitioned, write_partitioned
-from pipelines.write.dataframe import write_fragments
+from pipelines.write.fragments import write_fragments
 
 
 def _rows(spark: SparkSession, bad: bool) -> DataFrame:

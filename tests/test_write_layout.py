@@ -320,7 +320,7 @@ def test_a_dataframe_that_fits_the_namespace_is_written_without_a_projection(spa
     """No projection when the columns, their order and types are the namespace's; a nullable
     source going into a non-nullable column is still checked (Spark drops the check only for
     a source that cannot be NULL), and columns in another order are still matched by name."""
-    from pipelines.write.dataframe import conform_dataframe
+    from pipelines.write.fragments import conform_dataframe
 
     root = str(tmp_path / "ns")
     arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])

@@ -39,7 +39,7 @@ from pipelines.read_options import dialect_options, session_dialect
 from pipelines.session import describe_jobs, driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import session_or_active
-from pipelines.write.dataframe import write_fragments
+from pipelines.write.fragments import write_fragments
 from pipelines.write.small import small_target
 
 __all__ = [
@@ -324,7 +324,7 @@ def replace_where(
     **sizes: Any,
 ) -> RewriteResult:
     """``write_partitioned(mode="overwrite", replace_where=predicate)``: see there."""
-    from pipelines.write.dataframe import conform_dataframe
+    from pipelines.write.fragments import conform_dataframe
 
     session = df.sparkSession
     started = time.monotonic()

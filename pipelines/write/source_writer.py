@@ -261,7 +261,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                         "omit option partition_by to write with the current spec"
                     )
             if _true(opts, "mergeSchema"):
-                from pipelines.write.dataframe import merge_spark_schema
+                from pipelines.write.fragments import merge_spark_schema
 
                 ns = merge_spark_schema(schema, ns)
             return ns
