@@ -21,7 +21,7 @@ from lance.fragment import write_fragments
 from benchmarks.conftest import spread
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.storage.datasets import commit_version, write_new_fragments
-from partitioning.storage.manifest import join_uri
+from partitioning.storage.paths import join_uri
 from partitioning.tables.maintenance import MaintenanceReport
 from pipelines.maintenance.operations import compact
 

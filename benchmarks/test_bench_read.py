@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from benchmarks.conftest import Timing, interleaved_samples
 from benchmarks.test_bench_write import ROWS, _events
 from partitioning import PartitionedNamespace, TableCommit
-from partitioning.state.namespace_state import clear_state_cache
+from partitioning.state.loading import clear_state_cache
 from pipelines import read_partitioned, register_data_source, write_partitioned
 
 pytestmark = pytest.mark.bench

@@ -25,7 +25,7 @@ import argparse
 import sys
 
 from jobs._cli import add_storage_option_argument, run, running_session, storage_options
-from partitioning.tables import maintenance
+from partitioning.tables import deletes
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         options = storage_options(args)
         spark = running_session()
         if spark is None:
-            local = maintenance.drop_partitions if args.drop_partitions else maintenance.delete_rows
+            local = deletes.drop_partitions if args.drop_partitions else deletes.delete_rows
             print(local(args.root, args.filter, storage_options=options).summary())
             return
         from pipelines.maintenance.operations import delete_rows, drop_partitions

@@ -30,7 +30,9 @@ import sys
 
 from jobs._cli import add_storage_option_argument, run, storage_options
 from partitioning import PartitionedNamespace, SpecError
-from partitioning.spec.schema import NamespaceSchema, field_id_of, parse_type
+from partitioning.spec.arrow_json import parse_type
+from partitioning.spec.field_ids import field_id_of
+from partitioning.spec.schema import NamespaceSchema
 
 SPEC_COMMANDS = ("add-partition-field", "drop-partition-field", "replace-spec")
 

@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame
 
 from jobs._cli import add_output_arguments, add_storage_option_argument, run, storage_options, write_or_show
 from partitioning import InvalidInput
-from partitioning.plan.join import duplicate_names
+from partitioning.plan.join_columns import duplicate_names
 from pipelines.read.join import join_partitioned_with_plan
 from pipelines.session import build_session
 

@@ -23,7 +23,7 @@ import datetime as dt
 import sys
 
 from jobs._cli import add_storage_option_argument, run, storage_options
-from partitioning.tables.maintenance import vacuum
+from partitioning.tables.vacuum import vacuum
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

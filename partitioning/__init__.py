@@ -18,7 +18,8 @@ from partitioning.errors import (
     TableNotFound,
 )
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
-from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import Transform, parse_transform
 

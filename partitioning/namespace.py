@@ -4,7 +4,9 @@ The namespace state (schema, specs, partition tables) is read from one
 ``__manifest`` version, so every answer of one ``PartitionedNamespace`` object is
 consistent with that version. The class is the entry point; the work is done by
 
-- :mod:`partitioning.state.namespace_state`: one ``__manifest`` version read and checked, its table rows;
+- :mod:`partitioning.namespace_view`: its read-only side (partitions, scan plans, layout, history);
+- :mod:`partitioning.state.loading`: one ``__manifest`` version read and checked;
+- :mod:`partitioning.state.namespace_state`: that version in Python, its table rows;
 - :mod:`partitioning.storage.locations`: object ids, directory names, :class:`LocationPlanner`;
 - :mod:`partitioning.state.commits`: commits that record or remove partition tables;
 - :mod:`partitioning.state.evolution`: partition spec and schema evolution;
@@ -13,38 +15,29 @@ consistent with that version. The class is the entry point; the work is done by
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import lance
 import pyarrow as pa
 
 from partitioning.errors import NamespaceAlreadyExists, SpecError
-from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.namespace_view import NamespaceView
+from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.spec.transforms import canonical_float
-from partitioning.sql.binding import bind
-from partitioning.sql.filters import Dialect, Filter, parse_filter
+from partitioning.spec.values import canonical_float
 from partitioning.state import commits as _commits
 from partitioning.state import evolution
+from partitioning.state.commit_rows import WRITE_ID_HISTORY as WRITE_ID_HISTORY
+from partitioning.state.commit_rows import WRITE_IDS_PROPERTY as WRITE_IDS_PROPERTY
 from partitioning.state.commits import DEFAULT_COMMIT_RETRIES
-from partitioning.state.commits import WRITE_ID_HISTORY as WRITE_ID_HISTORY
-from partitioning.state.commits import WRITE_IDS_PROPERTY as WRITE_IDS_PROPERTY
-from partitioning.state.describe import describe_namespace, layout, list_indexes
 from partitioning.state.describe import format_partition_value as format_partition_value
 from partitioning.state.evolution import ColumnsLike
+from partitioning.state.loading import read_state
 from partitioning.state.lookup import existing_locations
-from partitioning.state.namespace_state import (
-    NamespaceState,
-    PartitionTable,
-    TableCommit,
-    open_partition_table,
-    read_state,
-)
-from partitioning.state.scan import ScanPlan, plan_tables
+from partitioning.state.partition_tables import PartitionTable, TableCommit
 from partitioning.storage.guard import Guard
-from partitioning.storage.history import Operation, history_table
+from partitioning.storage.history import Operation
 from partitioning.storage.intents import Intent
 from partitioning.storage.locations import BOUNDED_TABLE_DIR_RE as BOUNDED_TABLE_DIR_RE
 from partitioning.storage.locations import MAX_NAME_BYTES as MAX_NAME_BYTES
@@ -55,20 +48,16 @@ from partitioning.storage.locations import keyed_hex as keyed_hex
 from partitioning.storage.locations import keyed_namespace_name as keyed_namespace_name
 from partitioning.storage.locations import table_directory as table_directory
 from partitioning.storage.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, manifest_schema
-from partitioning.storage.orphans import Orphan, find_orphans
 
 __all__ = ["PartitionTable", "PartitionedNamespace", "TableCommit"]
 
 
-class PartitionedNamespace:
-    """A partitioned namespace rooted at ``root`` (local path or object-store URI)."""
+class PartitionedNamespace(NamespaceView):
+    """A partitioned namespace rooted at ``root`` (local path or object-store URI).
 
-    def __init__(self, root: str, state: NamespaceState, storage_options: Mapping[str, str] | None = None) -> None:
-        self._store = ManifestStore(root, storage_options)
-        self.root = self._store.root
-        self.storage_options = self._store.storage_options
-        self._state = state
-        self._seed = secrets.token_bytes(32)
+    What it reads of its ``__manifest`` version (partitions, scan plans, layout, history)
+    is :class:`~partitioning.namespace_view.NamespaceView`'s; here it is created, loaded and
+    changed."""
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -95,7 +84,7 @@ class PartitionedNamespace:
         store = ManifestStore(root, storage_options)
         if store.exists():
             raise NamespaceAlreadyExists(f"a namespace already exists at {store.root}; use PartitionedNamespace.load")
-        from partitioning.storage.datasets import check_new_root
+        from partitioning.storage.paths import check_new_root
 
         check_new_root(store.root, store.storage_options)
         columns = {f.field_id: f.arrow_result_type(ns_schema) for f in first.fields}
@@ -137,61 +126,7 @@ class PartitionedNamespace:
         self._state = read_state(ds, self.root, previous=self._state)
         return self
 
-    # -- properties ---------------------------------------------------------------------------
-    @property
-    def schema(self) -> pa.Schema:
-        """The namespace schema; every field carries ``lance:field_id`` metadata."""
-        return self._state.schema.arrow
-
-    @property
-    def namespace_schema(self) -> NamespaceSchema:
-        return self._state.schema
-
-    @property
-    def specs(self) -> dict[int, PartitionSpec]:
-        return dict(self._state.specs)
-
-    @property
-    def current_spec(self) -> PartitionSpec:
-        return self._state.current_spec
-
-    @property
-    def manifest_version(self) -> int:
-        return self._state.version
-
-    @property
-    def properties(self) -> dict[str, str]:
-        """The root namespace properties (``__manifest`` table metadata)."""
-        return dict(self._state.metadata)
-
-    def __repr__(self) -> str:
-        return (
-            f"PartitionedNamespace({self.root!r}, manifest_version={self.manifest_version}, spec={self.current_spec})"
-        )
-
-    # -- partitions and their locations ---------------------------------------------------------
-    def partitions(self) -> list[PartitionTable]:
-        """One entry per partition table, across all spec versions, ordered by object_id."""
-        return list(self._state.tables)
-
-    def find_partition(self, spec_id: int, values: Mapping[str, Any]) -> PartitionTable | None:
-        key = tuple(canonical_float(values.get(f.field_id)) for f in self._state.spec(spec_id).fields)
-        return self._state.find_tables(spec_id, [key]).get(key)
-
-    def find_partitions(self, spec_id: int, keys: Iterable[PartitionKey]) -> dict[PartitionKey, PartitionTable]:
-        """The existing table of each partition key of spec ``spec_id`` in ``keys``; only those
-        manifest rows are decoded."""
-        return self._state.find_tables(spec_id, keys)
-
-    def spec_ids_with_tables(self) -> set[int]:
-        """The spec versions that have at least one partition table (no row is decoded)."""
-        return {spec_id for spec_id, rows in self._state.table_rows.items() if rows.num_rows}
-
-    def tables_by_id(self, object_ids: Iterable[str]) -> dict[str, PartitionTable]:
-        """The partition tables with these object ids (absent ones are left out); only their
-        manifest rows are decoded."""
-        return self._state.tables_by_id(object_ids)
-
+    # -- where new partition tables go ----------------------------------------------------------
     def location_planner(
         self, spec_id: int | None = None, *, seed: bytes | None = None, keys: Iterable[PartitionKey] | None = None
     ) -> LocationPlanner:
@@ -221,12 +156,6 @@ class PartitionedNamespace:
         """Where a partition's table is (or, if new, may be written); see :class:`LocationPlanner`."""
         key = tuple(canonical_float(values.get(f.field_id)) for f in self._state.spec(spec_id).fields)
         return self.location_planner(spec_id, seed=seed).location(key)
-
-    def open_table(self, table: PartitionTable) -> lance.LanceDataset:
-        """Open a partition table at the version recorded in the manifest."""
-        return open_partition_table(
-            table.uri, table.read_version, table.read_branch, table.read_tag, self.storage_options
-        )
 
     # -- evolution (partitioning.state.evolution) -----------------------------------------------------
     def evolve_partition_spec(
@@ -317,58 +246,5 @@ class PartitionedNamespace:
         travel until :func:`partitioning.tables.maintenance.vacuum` removes them.
 
         It reads the table rows without following their ``location``, so it also removes
-        a row whose location is refused (the repair :func:`partitioning.storage.manifest.check_location` names)."""
+        a row whose location is refused (the repair :func:`partitioning.storage.paths.check_location` names)."""
         return _commits.remove_tables(self, object_ids, operation=operation, guard=guard)
-
-    def history(self, limit: int | None = None) -> pa.Table:
-        """What made each ``__manifest`` version up to the latest, newest first (:func:`history_table`)."""
-        return history_table(self.root, limit=limit, storage_options=self.storage_options)
-
-    def committed_write_ids(self) -> set[str]:
-        """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
-        return _commits.committed_write_ids(self._state)
-
-    # -- describing and planning ----------------------------------------------------------------
-    def describe_namespace(self, id_list: Sequence[str]) -> dict[str, str]:
-        """Runtime properties (SPEC-NOTES 17) of a namespace: the root, ``v<N>``, or a partition namespace."""
-        return describe_namespace(self._state, self.root, id_list)
-
-    def layout(self) -> str:
-        """A readable tree of spec versions, partition namespaces and tables."""
-        return layout(self._state, self.root)
-
-    def plan_scan(
-        self, filter_sql: str | Filter | None = None, *, time_zone: str = "UTC", dialect: Dialect | None = None
-    ) -> ScanPlan:
-        """The partition tables a filter must read (SPEC-NOTES 14), each at its recorded version.
-
-        ``filter_sql`` is SQL or a parsed filter. Without ``dialect`` the text is read as
-        DataFusion SQL (what Lance scans apply), with zone-less timestamps in ``time_zone``
-        (default UTC); Spark callers pass their session's :class:`Dialect`. Parts the
-        pruner does not understand keep every table; they never fail the plan.
-        """
-        d = dialect or Dialect.datafusion(time_zone)
-        if filter_sql is None or isinstance(filter_sql, str):
-            f = parse_filter(filter_sql, d, strict=False)
-        else:
-            f = filter_sql
-        residual = filter_sql if isinstance(filter_sql, str) and filter_sql.strip() else None
-        return plan_tables(
-            self.root,
-            self._state.manifest,
-            self._state.specs,
-            self._state.schema,
-            bind(f, self._state.schema.arrow, d),
-            self.manifest_version,
-            residual=residual,
-            table_rows=self._state.table_rows,
-        )
-
-    def orphans(self) -> list[Orphan]:
-        """Files and dataset versions left by failed or retried writes (see :mod:`partitioning.storage.orphans`)."""
-        return find_orphans(self.root, self.storage_options)
-
-    def indexes(self) -> pa.Table:
-        """Per partition table and index: name, type, column, indexed and unindexed rows
-        (:func:`partitioning.state.describe.list_indexes`)."""
-        return list_indexes(self.partitions(), self.namespace_schema, self.storage_options)

@@ -1,61 +1,40 @@
-"""The one way this project builds a SparkSession, and the few session calls that differ
-between classic Spark and Spark Connect.
+"""The one way this project builds a SparkSession, and the confs it gives a new one.
 
 :func:`build_session` fills in ``spark-conf/spark-defaults.conf`` only where the user set
 nothing: a value from ``spark-submit --conf`` or ``--properties-file``, from
 ``PYSPARK_SUBMIT_ARGS`` or ``$SPARK_CONF_DIR/spark-defaults.conf``, ``PYSPARK_PYTHON``, or an
 existing session always wins. ``SPARK_REMOTE`` (``local[2]`` or ``sc://host``) makes it a
-Spark Connect session. Jobs run under ``spark-submit`` (which supplies the master); tests
-pass ``master="local[2]"``.
+Spark Connect session (:func:`is_connect`). Jobs run under ``spark-submit`` (which supplies
+the master); tests pass ``master="local[2]"``.
 
-Spark Connect has no driver-side context object: library code calls :func:`describe_jobs`,
-:func:`default_parallelism` and :func:`register_once`, whose classic-only branches are the
-only places that touch it.
-
-A relative root only means one place when the executors share the driver's working
-directory (``local``, ``local-cluster``); with any other master :func:`driver_root` refuses it.
+What library code asks of a session it was given (job labels, task slots, data source
+registration), alike on both kinds of session, is :mod:`pipelines.session_calls`; whether a
+relative root can be used with the session's master is :mod:`pipelines.shared_roots`.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import re
 import shlex
 import sys
-import urllib.parse
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
-from partitioning.errors import InvalidInput
-from partitioning.storage.roots import is_uri, resolve_root
-
 __all__ = [
     "active_session",
-    "active_session_kept",
     "build_session",
-    "check_root_for_master",
-    "check_source_root",
     "conf_to_apply",
-    "default_parallelism",
-    "describe_jobs",
-    "driver_root",
     "is_connect",
-    "is_relative_path",
     "read_spark_defaults",
-    "register_bound",
-    "register_once",
-    "session_bound",
     "session_conf",
-    "session_master",
     "user_conf",
 ]
 
@@ -73,8 +52,6 @@ _SUBMIT_FLAGS = {
     "--master": "spark.master",
     "--name": "spark.app.name",
 }
-_MARKER = "spark.lance_partitioned.dataSource."
-_S = TypeVar("_S", bound=type)
 # The JVM prints this for the --add-modules=jdk.incubator.vector that Spark's launcher always
 # passes; no JVM flag turns it off (JDK 17 ModuleBootstrap.checkIncubatingStatus), so the
 # stderr of a JVM this process starts goes through this filter.
@@ -331,167 +308,3 @@ def build_session(
     if not is_connect(spark) and not _own_log_config(user):
         spark.sparkContext.setLogLevel("WARN")  # classic-only (guarded by is_connect)
     return spark
-
-
-def _tag(description: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.:/-]+", "_", description).strip("_")
-
-
-@contextmanager
-def describe_jobs(spark: SparkSession, description: str) -> Iterator[None]:
-    """Label the Spark jobs started inside: a job tag on both kinds of session (made of
-    ``description``), and on classic Spark also the UI's job description."""
-    tag = _tag(description)
-    spark.addTag(tag)
-    sc = None if is_connect(spark) else spark.sparkContext  # classic-only (guarded by is_connect)
-    previous = sc.getLocalProperty("spark.job.description") if sc is not None else None
-    if sc is not None:
-        sc.setJobDescription(description)
-    try:
-        yield
-    finally:
-        if sc is not None:
-            sc.setLocalProperty("spark.job.description", previous)  # type: ignore[arg-type]
-        spark.removeTag(tag)
-
-
-def default_parallelism(spark: SparkSession) -> int | None:
-    """The cluster's task slots: ``defaultParallelism`` on classic Spark; on Connect
-    ``spark.default.parallelism`` or what a ``local``/``local-cluster`` master says (None if unknown)."""
-    if not is_connect(spark):
-        return int(spark.sparkContext.defaultParallelism)  # classic-only (guarded by is_connect)
-    configured = spark.conf.get("spark.default.parallelism", None)
-    if configured:
-        return int(configured)
-    master = str(spark.conf.get("spark.master", "") or "")
-    cluster = re.fullmatch(r"local-cluster\[(\d+),\s*(\d+),\s*\d+\]", master)
-    if cluster:
-        return int(cluster.group(1)) * int(cluster.group(2))
-    local = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master)
-    if local:
-        threads = local.group(1) or "1"
-        return os.cpu_count() or 1 if threads == "*" else int(threads)
-    return None
-
-
-def register_once(spark: SparkSession, source: type) -> None:
-    """``spark.dataSource.register(source)`` unless this session already has it (Spark
-    warns on every re-registration). The marker is a session conf, so a new session
-    registers again and a cloned one does not."""
-    key = _MARKER + source.name()  # type: ignore[attr-defined]
-    value = f"{source.__module__}.{source.__qualname__}"
-    if spark.conf.get(key, None) == value:
-        return
-    if is_connect(spark):
-        spark.dataSource.register(source)
-    else:
-        _register_classic(spark, source)
-    spark.conf.set(key, value)
-
-
-def _register_classic(spark: SparkSession, source: type) -> None:
-    """Register ``source`` with ``spark`` as the JVM's active session (classic only).
-
-    Spark 4.3 checks a new name against the data sources the *active* session has
-    (``DataSourceRegistration.checkDataSourceExists``), so a second session
-    (``spark.newSession()``) could not register a format its parent already has:
-    DATA_SOURCE_ALREADY_EXISTS. Made active, it is checked against its own.
-    """
-    with active_session_kept(spark):
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[attr-defined]  # classic-only (guarded by is_connect)
-        spark.dataSource.register(source)
-
-
-@contextmanager
-def active_session_kept(spark: SparkSession) -> Iterator[None]:
-    """Whatever runs inside leaves the active session (the JVM's and PySpark's) as it was:
-    ``spark.createDataFrame`` makes ``spark`` active, which a library call must not do to
-    its caller (``build_session`` and ``getActiveSession`` would return another session)."""
-    if is_connect(spark):
-        yield
-        return
-    jvm_session = spark._jvm.org.apache.spark.sql.SparkSession  # type: ignore[attr-defined]  # classic-only (guarded by is_connect)
-    previous, python_active = jvm_session.getActiveSession(), SparkSession._activeSession
-    try:
-        yield
-    finally:
-        SparkSession._activeSession = python_active
-        if previous.isDefined():
-            jvm_session.setActiveSession(previous.get())
-        else:
-            jvm_session.clearActiveSession()
-
-
-# Masters whose executors run on this machine, in processes that see the driver's file system.
-_SAME_MACHINE_MASTER = re.compile(r"local(\[[^\]]*\])?|local-cluster\[[^\]]*\]")
-
-
-def session_master(spark: SparkSession) -> str | None:
-    """The session's master (``spark.master``), on classic Spark and Spark Connect; None if not known."""
-    value = spark.conf.get("spark.master", None)
-    return str(value) if value else None
-
-
-def is_relative_path(root: str) -> bool:
-    """Whether ``root`` is a local path relative to a working directory (not a URI, not absolute, not ``~``)."""
-    if not isinstance(root, str) or is_uri(root):
-        return False
-    path = urllib.parse.unquote(urllib.parse.urlsplit(root).path) if root.startswith("file:") else root
-    return not os.path.isabs(os.path.expanduser(path))
-
-
-def check_root_for_master(root: str, master: str | None) -> None:
-    """Refuse a relative ``root`` when ``master``'s executors cannot see the driver's file system.
-
-    ``local`` and ``local-cluster`` executors run on the driver's machine, where the
-    absolute path the driver makes of ``root`` names the same place; on any other cluster
-    manager (``yarn``, ``spark://``, ``k8s://``, ...) it names a directory of the driver's
-    machine that the executors do not have. An unknown master (None) is not refused.
-    """
-    if master is None or not is_relative_path(root) or _SAME_MACHINE_MASTER.fullmatch(master.strip()):
-        return
-    raise InvalidInput(
-        f"relative root {root!r} cannot be used with master {master!r}, whose executors do not see this "
-        "machine's files; use a shared URI (s3://, gs://, az://) or an absolute path that every "
-        "executor mounts"
-    )
-
-
-def check_source_root(root: str, master: str | None, connect: bool) -> None:
-    """:func:`check_root_for_master`, and on Spark Connect refuse any relative ``root``: a
-    data source resolves its path on the server, in a per-session directory the client
-    never sees (only :func:`driver_root`, called on the client, can resolve it there)."""
-    if connect and is_relative_path(root):
-        raise InvalidInput(
-            f"relative path {root!r} cannot be used with a data source on Spark Connect: the server would "
-            "resolve it in its own session directory, not the client's; pass an absolute path or URI, or use "
-            "read_partitioned/write_partitioned, which resolve it on the client"
-        )
-    check_root_for_master(root, master)
-
-
-@functools.cache
-def session_bound(source: type[_S], master: str | None, connect: bool = False) -> type[_S]:
-    """``source`` knowing the session's master and whether the session is Spark Connect.
-    A data source runs in Spark's planner worker, which cannot ask the session; this
-    subclass (pickled by value when registered, as it is not importable by name) carries
-    both there as ``session_master`` and ``session_connect``."""
-    attrs = {
-        "__module__": source.__module__,
-        "__qualname__": source.__qualname__,
-        "session_master": master,
-        "session_connect": connect,
-    }
-    return type(source.__name__, (source,), attrs)
-
-
-def register_bound(spark: SparkSession, source: type) -> None:
-    """:func:`register_once` of ``source`` bound to ``spark`` (:func:`session_bound`)."""
-    register_once(spark, session_bound(source, session_master(spark), is_connect(spark)))
-
-
-def driver_root(spark: SparkSession, root: str) -> str:
-    """``root`` as tasks receive it (:func:`partitioning.storage.roots.resolve_root`), after
-    :func:`check_root_for_master` with the session's master."""
-    check_root_for_master(root, session_master(spark))
-    return resolve_root(root)

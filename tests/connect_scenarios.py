@@ -54,7 +54,8 @@ from pipelines.columns import murmur3 as sm3
 from pipelines.read.join import join_partitioned_with_plan
 from pipelines.search.indexes import create_vector_index
 from pipelines.search.queries import knn_join, search_partitioned
-from pipelines.session import build_session, default_parallelism, is_connect
+from pipelines.session import build_session, is_connect
+from pipelines.session_calls import default_parallelism
 
 COUNTRIES = ("US", "DE", "FR")
 SCHEMA = "id long, country string, amount long"

@@ -26,7 +26,8 @@ def appended(k: int) -> list[dict[str, int]]:
 def main(argv: list[str]) -> int:
     from partitioning import PartitionedNamespace
     from partitioning.errors import PartitioningError
-    from partitioning.tables.maintenance import compact_local, delete_rows
+    from partitioning.tables.compaction import compact_local
+    from partitioning.tables.deletes import delete_rows
     from partitioning.tables.write import write_table
 
     root, stop, seed = argv[0], Path(argv[1]), int(argv[2])

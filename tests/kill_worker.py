@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         restore(root, version=int(argv[2]))
     elif kind == "compact":
         from partitioning import PartitionedNamespace
-        from partitioning.tables.maintenance import compact_local
+        from partitioning.tables.compaction import compact_local
 
         print("ready", flush=True)
         compact_local(PartitionedNamespace.load(root))

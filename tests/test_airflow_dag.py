@@ -22,7 +22,7 @@ import pytest
 
 from jobs import compact, ingest, vacuum
 from partitioning import PartitionedNamespace, parse_partition_by
-from partitioning.spec.partition_spec import time_hierarchy_gaps
+from partitioning.spec.partition_by import time_hierarchy_gaps
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.sql.filters import Dialect, columns_of, is_exactly_understood
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.tables.maintenance import CompactionTask
+from partitioning.tables.compaction import CompactionTask
 from partitioning.tables.write import write_table
 from pipelines.maintenance import operations as spark_maintenance
 from pipelines.maintenance.operations import compact

@@ -20,7 +20,8 @@ from pyspark.sql.datasource import DataSourceRegistration
 from subprocess_runs import run_ok, user_python
 
 from pipelines import read_partitioned, register_data_source, write_partitioned
-from pipelines.session import default_parallelism, describe_jobs, is_connect
+from pipelines.session import is_connect
+from pipelines.session_calls import default_parallelism, describe_jobs
 
 TESTS = Path(__file__).resolve().parent
 

@@ -26,7 +26,7 @@ from partitioning import PartitionedNamespace
 from partitioning.tables.write import write_table
 from pipelines import merge_partitioned, update_rows
 from pipelines.maintenance.history import history
-from pipelines.write.rewrite import INTENT_AFTER
+from pipelines.write.rounds import INTENT_AFTER
 from tests import merge_oracle as oracle
 from tests.contention_worker import SCHEMA, appended
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from partitioning import CorruptNamespace, InvalidInput, PartitionedNamespace, PartitioningError
-from partitioning.tables.maintenance import delete_rows
+from partitioning.tables.deletes import delete_rows
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
 from partitioning.namespace import TableCommit, table_directory
-from partitioning.tables.maintenance import vacuum
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned
 from pipelines.maintenance.operations import compact

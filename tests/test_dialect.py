@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession
 
 from partitioning import InvalidInput, PartitionedNamespace
 from partitioning.sql.binding import bind
-from partitioning.sql.filters import is_exactly_understood, parse_filter
+from partitioning.sql.filters import is_exactly_understood
+from partitioning.sql.from_sql import parse_filter
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import read_partitioned, session_dialect
 from pipelines.read.datasource import register_data_source

@@ -42,10 +42,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from partitioning import NamespaceSchema, PartitionedNamespace, PartitionField, PartitionSpec
-from partitioning.spec.partition_spec import parse_partition_by
-from partitioning.spec.schema import field_id_of
+from partitioning.spec.field_ids import field_id_of
+from partitioning.spec.partition_by import parse_partition_by
 from partitioning.sql.binding import bind
-from partitioning.sql.filters import is_exactly_understood, parse_filter
+from partitioning.sql.filters import is_exactly_understood
+from partitioning.sql.from_sql import parse_filter
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import dialect_options, read_partitioned, session_dialect
 from pipelines.read.datasource import register_data_source

@@ -402,7 +402,7 @@ def test_huge_filters_give_correct_results_without_crashing(tmp_path):
         import json
         import pyarrow as pa
         from partitioning import PartitionedNamespace
-        from partitioning.tables.maintenance import delete_rows, drop_partitions
+        from partitioning.tables.deletes import delete_rows, drop_partitions
         from partitioning.tables.write import write_table
 
         schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from jobs import vacuum as vacuum_job
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
-from partitioning.tables.maintenance import vacuum
+from partitioning.tables.vacuum import vacuum
 from pipelines import drop_partitions, read_partitioned, write_partitioned
 
 

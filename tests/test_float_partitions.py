@@ -25,7 +25,8 @@ from pyspark.sql import types as T
 
 from partitioning.errors import SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.transforms import IdentityTransform, TruncateTransform, canonical_float
+from partitioning.spec.transforms import IdentityTransform, TruncateTransform
+from partitioning.spec.values import canonical_float
 from partitioning.tables.write import write_table
 from pipelines.columns import transforms as stf
 from pipelines.write.dataframe import write_partitioned

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from partitioning import PartitionedNamespace
-from partitioning.tables.maintenance import delete_rows
+from partitioning.tables.deletes import delete_rows
 from partitioning.tables.write import write_table
 from pipelines.write.dataframe import write_partitioned
 
@@ -87,7 +87,7 @@ def test_another_clients_append_is_neither_included_nor_deleted(root, caplog):
     before = _table(root).read_version
     foreign = lance.write_dataset(_rows(range(900, 903)), uri, mode="append")
     foreign.create_scalar_index("id", "BTREE")  # covers the foreign fragment: must not come along
-    with caplog.at_level(logging.WARNING, logger="partitioning.storage.datasets"):
+    with caplog.at_level(logging.WARNING, logger="partitioning.storage.alignment"):
         write_table(PartitionedNamespace.load(root), _rows(range(200, 205)))
     ds = _at_manifest(root)
     assert sorted(ds.to_table().column("id").to_pylist()) == [*range(10), *range(100, 110), *range(200, 205)]
@@ -128,7 +128,7 @@ def test_new_fragments_never_reuse_an_id_an_index_still_covers(root):
 
 
 def test_an_index_built_by_another_client_survives_delete_rows_and_compaction(root):
-    from partitioning.tables.maintenance import compact_local
+    from partitioning.tables.compaction import compact_local
 
     lance.dataset(_table(root).uri).create_scalar_index("id", "BTREE")
     assert delete_rows(root, "id = 3").rows == 1

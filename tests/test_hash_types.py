@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from partitioning import PartitionedNamespace
 from partitioning.errors import SchemaError, SpecError
 from partitioning.spec.murmur3 import HASHABLE_TYPES, murmur3, murmur3_multi, to_hash_bytes, unhashable_reason
-from partitioning.spec.transforms import BucketTransform, MultiBucketTransform, scalar_hash_bytes
+from partitioning.spec.scalar_hash import scalar_hash_bytes
+from partitioning.spec.transforms import BucketTransform, MultiBucketTransform
 
 
 def _h(data: bytes) -> int:

@@ -16,7 +16,8 @@ from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput
 from partitioning.storage.history import METRICS_KEY, OPERATION_KEY, Operation, history_table
 from partitioning.storage.manifest import ManifestStore
-from partitioning.tables.maintenance import compact_local, delete_rows, drop_partitions
+from partitioning.tables.compaction import compact_local
+from partitioning.tables.deletes import delete_rows, drop_partitions
 from partitioning.tables.restore import restore
 from partitioning.tables.write import write_table
 from pipelines import write_partitioned

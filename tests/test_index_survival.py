@@ -10,7 +10,8 @@ import pyarrow.compute as pc
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.tables.maintenance import compact_local, delete_rows
+from partitioning.tables.compaction import compact_local
+from partitioning.tables.deletes import delete_rows
 from partitioning.tables.write import write_table
 from pipelines.maintenance.operations import compact
 from pipelines.search.indexes import create_scalar_index, create_vector_index, optimize_indexes

@@ -12,11 +12,13 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import CorruptNamespace, InvalidInput
-from partitioning.search.index_model import MODEL_DIR, PROPERTY_PREFIX, IndexSpec, recorded_specs
+from partitioning.search.index_model import PROPERTY_PREFIX, IndexSpec, recorded_specs
 from partitioning.search.indexes import commit_indexes, plan_index_tasks
-from partitioning.spec.schema import field_id_of
+from partitioning.spec.field_ids import field_id_of
+from partitioning.storage.locations import MODEL_DIR
 from partitioning.storage.manifest import ManifestStore
-from partitioning.tables.maintenance import delete_rows, vacuum
+from partitioning.tables.deletes import delete_rows
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines.search.indexes import build_segments, create_scalar_index, create_vector_index, optimize_indexes
 

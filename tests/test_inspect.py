@@ -24,8 +24,8 @@ from lance.fragment import FragmentMetadata
 from partitioning import InvalidInput, PartitionedNamespace, SchemaError, TableCommit
 from partitioning.plan.inspect import files_table, partitions_table
 from partitioning.storage.datasets import commit_version, write_new_fragments
-from partitioning.storage.manifest import join_uri
-from partitioning.tables.maintenance import delete_rows
+from partitioning.storage.paths import join_uri
+from partitioning.tables.deletes import delete_rows
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("country", pa.string()), ("n", pa.int64()), ("amount", pa.float64())])

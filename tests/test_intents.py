@@ -19,7 +19,8 @@ import pyarrow as pa
 from partitioning import PartitionedNamespace
 from partitioning.state.commits import release_intent, take_intent
 from partitioning.storage.history import Operation
-from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, write_table
+from partitioning.tables.fragments import FragmentWriter, add_partition_columns
+from partitioning.tables.write import commit_write, write_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("c", pa.string())])
 INTENT = Operation("INTENT", {"operation": "test"})

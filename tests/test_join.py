@@ -20,19 +20,14 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs import join as join_job
 from partitioning import InvalidInput, NamespaceSchema, PartitionedNamespace, PartitionTable, parse_partition_by
-from partitioning.plan.join import (
-    JoinSide,
-    join_output_names,
-    join_output_schema,
-    local_join,
-    plan_join,
-    plan_namespace_join,
-    validate_join,
-)
+from partitioning.plan.join import JoinSide, plan_join, plan_namespace_join
+from partitioning.plan.join_columns import join_output_names, join_output_schema, validate_join
+from partitioning.plan.join_local import local_join
 from partitioning.tables.write import write_table
 from pipelines import join_partitioned
 from pipelines.read.dataframe import read_partitioned
-from pipelines.read.join import LancePartitionedJoinDataSource, join_partitioned_with_plan
+from pipelines.read.join import join_partitioned_with_plan
+from pipelines.read.join_source import LancePartitionedJoinDataSource
 
 UTC = dt.UTC
 HOWS = ["inner", "left", "right", "full"]

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.storage.leases import LEASE_TTL, list_leases
-from partitioning.tables.maintenance import vacuum
+from partitioning.storage.lease_files import LEASE_TTL, list_leases
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from tests.test_protected_path import SCHEMA, _input, independent_read
 

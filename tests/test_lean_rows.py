@@ -17,10 +17,11 @@ import pyarrow as pa
 import pytest
 from wide_namespace import START, day_rows, wide_namespace
 
+import partitioning.state.loading as loading_module
 import partitioning.state.namespace_state as state_module
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.errors import ConcurrentModification
-from partitioning.state.namespace_state import clear_state_cache
+from partitioning.state.loading import clear_state_cache
 from partitioning.storage.locations import LocationPlanner, keyed_namespace_name, object_id_from_location, seed_named
 from partitioning.storage.manifest import ManifestStore
 from partitioning.tables.write import write_table
@@ -28,7 +29,7 @@ from partitioning.tables.write import write_table
 
 @pytest.fixture(autouse=True)
 def lean(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state_module, "LEAN_MIN_ROWS", 0)
+    monkeypatch.setattr(loading_module, "LEAN_MIN_ROWS", 0)
     clear_state_cache()
 
 

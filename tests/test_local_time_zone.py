@@ -16,7 +16,7 @@ SCENARIO = textwrap.dedent(
     import datetime as dt, sys, time
     import pyarrow as pa
     from partitioning.storage.history import version_at
-    from partitioning.tables.maintenance import vacuum
+    from partitioning.tables.vacuum import vacuum
     from partitioning.namespace import PartitionedNamespace
     from partitioning.tables.write import write_table
 

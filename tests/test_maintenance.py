@@ -27,16 +27,10 @@ from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionTable
 from partitioning.storage.datasets import commit_version, write_new_fragments
 from partitioning.storage.manifest import ManifestStore
-from partitioning.tables.maintenance import (
-    commit_compaction,
-    compact_local,
-    delete_rows,
-    drop_partitions,
-    optimize_manifest,
-    plan_compaction,
-    rewrite,
-    vacuum,
-)
+from partitioning.tables.compaction import commit_compaction, compact_local, plan_compaction, rewrite
+from partitioning.tables.deletes import delete_rows, drop_partitions
+from partitioning.tables.maintenance import optimize_manifest
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned
 from pipelines.maintenance.operations import compact

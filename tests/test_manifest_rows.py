@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioning import PartitionedNamespace
-from partitioning.state.namespace_state import clear_state_cache, read_state
+from partitioning.state.loading import clear_state_cache, read_state
 from partitioning.state.rows import read_rows
 from partitioning.state.upkeep import compact_manifest
 from partitioning.storage.manifest import ManifestStore

@@ -23,11 +23,11 @@ import pytest
 
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.errors import ConcurrentModification, InvalidInput
-from partitioning.state.namespace_state import clear_state_cache
+from partitioning.state.loading import clear_state_cache
 from partitioning.state.upkeep import compact_manifest, fold_merge, maybe_compact_manifest, needs_compaction
 from partitioning.storage.history import OPERATION_KEY, history_table
 from partitioning.storage.manifest import ManifestStore
-from partitioning.tables.maintenance import vacuum
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from partitioning.errors import SpecError
 from partitioning.spec.murmur3 import bucket, murmur3, murmur3_multi, to_hash_bytes
-from partitioning.spec.transforms import BucketTransform, MultiBucketTransform, scalar_hash_bytes
+from partitioning.spec.scalar_hash import scalar_hash_bytes
+from partitioning.spec.transforms import BucketTransform, MultiBucketTransform
 
 _VECTORS = load_conformance("murmur3.json")
 PROPERTY_SETTINGS = settings(max_examples=50, deadline=None, database=None)

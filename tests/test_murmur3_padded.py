@@ -11,7 +11,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipelines.columns import murmur3 as sm3
-from pipelines.session import UDF_JAR, active_session_kept
+from pipelines.session import UDF_JAR
+from pipelines.session_calls import active_session_kept
 
 _ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=40)
 _UNICODE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)

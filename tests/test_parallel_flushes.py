@@ -1,4 +1,4 @@
-"""A task writes small partition buffers a few at a time (``partitioning.tables.write._Flushes``).
+"""A task writes small partition buffers a few at a time (``partitioning.tables.fragments._Flushes``).
 
 Oracles: the input rows grouped in plain Python, each partition read back with Lance's own
 reader, and the writes Lance was asked for, watched as they run.
@@ -16,10 +16,10 @@ import lance
 import pyarrow as pa
 import pytest
 
-import partitioning.tables.write as pwrite
+import partitioning.tables.fragments as pfragments
 from partitioning import NamespaceSchema, PartitionedNamespace
 from partitioning.errors import SchemaError
-from partitioning.storage.manifest import table_uri
+from partitioning.storage.paths import table_uri
 from partitioning.tables.write import write_table
 
 SCHEMA = NamespaceSchema.from_arrow(pa.schema([pa.field("id", pa.int64()), pa.field("country", pa.string())]))
@@ -57,8 +57,8 @@ class _Watch:
 
 
 def _watch(monkeypatch: pytest.MonkeyPatch, fail_on: str | None = None) -> _Watch:
-    watch = _Watch(pwrite.write_new_fragments, fail_on)
-    monkeypatch.setattr(pwrite, "write_new_fragments", watch)
+    watch = _Watch(pfragments.write_new_fragments, fail_on)
+    monkeypatch.setattr(pfragments, "write_new_fragments", watch)
     return watch
 
 
@@ -84,12 +84,12 @@ def test_many_small_partitions_are_written_together_and_each_row_lands_once(tmp_
     assert result.partitions_created == 300
     assert _read_back(PartitionedNamespace.load(ns.root)) == dict(expected)
     assert watch.most_writes > 1, "the small partitions were written one at a time"
-    assert watch.most_writes <= pwrite.PARALLEL_FLUSHES, watch.most_writes
+    assert watch.most_writes <= pfragments.PARALLEL_FLUSHES, watch.most_writes
     assert len(watch.sizes) == 300
 
 
 def test_big_buffers_are_written_one_at_a_time(tmp_path: Path, monkeypatch):
-    per = pwrite.SPLIT_ROWS + 1_000
+    per = pfragments.SPLIT_ROWS + 1_000
     countries = ["a"] * per + ["b"] * per + ["c"] * per
     ids = list(range(len(countries)))
     watch = _watch(monkeypatch)

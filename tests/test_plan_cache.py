@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.spec.partition_spec import PartitionSpec
-from partitioning.state import namespace_state as state_module
+from partitioning.state import loading as state_module
 from partitioning.state.scan import table_rows_by_spec
 from partitioning.storage.locations import spec_id_of
 from partitioning.storage.manifest import manifest_schema

@@ -24,9 +24,11 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification, InvalidInput
-from partitioning.storage.leases import LEASE_DIR, VACUUM, list_leases
-from partitioning.tables.maintenance import compact_local, delete_rows, drop_partitions, vacuum
+from partitioning.storage.lease_files import LEASE_DIR, VACUUM, list_leases
+from partitioning.tables.compaction import compact_local
+from partitioning.tables.deletes import delete_rows, drop_partitions
 from partitioning.tables.restore import restore
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("c", pa.string())])

@@ -40,9 +40,9 @@ from partitioning.sql.filters import (
     Or,
     TrueFilter,
     negation_normal_form,
-    parse_filter,
     to_sql,
 )
+from partitioning.sql.from_sql import parse_filter
 from partitioning.sql.rowfilter import arrow_predicate
 from partitioning.tables.write import write_table
 

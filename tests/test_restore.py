@@ -14,8 +14,9 @@ import pytest
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification, InvalidInput
 from partitioning.storage.manifest import ManifestStore
-from partitioning.tables.maintenance import delete_rows, vacuum
+from partitioning.tables.deletes import delete_rows
 from partitioning.tables.restore import restore
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned
 from pipelines.maintenance.history import history

@@ -18,11 +18,14 @@ from pyspark.sql import types as T
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, NamespaceNotFound
-from partitioning.storage.leases import list_leases, take_lease
+from partitioning.storage.lease_files import list_leases
+from partitioning.storage.leases import take_lease
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import resolve_root
-from partitioning.tables.maintenance import compact_local, delete_rows, plan_compaction
-from partitioning.tables.write import FragmentWriter, write_table
+from partitioning.tables.compaction import compact_local, plan_compaction
+from partitioning.tables.deletes import delete_rows
+from partitioning.tables.fragments import FragmentWriter
+from partitioning.tables.write import write_table
 from pipelines import read_partitioned, write_partitioned
 from pipelines.maintenance.operations import compact
 from pipelines.maintenance.operations import delete_rows as spark_delete_rows

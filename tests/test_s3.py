@@ -37,7 +37,9 @@ from jobs import query as query_job
 from jobs import vacuum as vacuum_job
 from partitioning import PartitionedNamespace
 from partitioning.errors import InvalidInput, PartitioningError
-from partitioning.plan.join import join_output_schema, local_join, plan_namespace_join
+from partitioning.plan.join import plan_namespace_join
+from partitioning.plan.join_columns import join_output_schema
+from partitioning.plan.join_local import local_join
 from partitioning.sql.filters import Dialect
 from partitioning.storage.roots import (
     arrow_filesystem_kwargs,
@@ -46,14 +48,10 @@ from partitioning.storage.roots import (
     storage_option_pairs,
     storage_options_from,
 )
-from partitioning.tables.maintenance import (
-    compact_local,
-    delete_rows,
-    drop_partitions,
-    optimize_manifest,
-    plan_compaction,
-    vacuum,
-)
+from partitioning.tables.compaction import compact_local, plan_compaction
+from partitioning.tables.deletes import delete_rows, drop_partitions
+from partitioning.tables.maintenance import optimize_manifest
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
 from pipelines.read.join import join_partitioned_with_plan

@@ -23,15 +23,13 @@ from pyspark.errors import PySparkException
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import CorruptNamespace, PartitioningError
-from partitioning.storage.manifest import ManifestStore, check_location, contained, location_problem
-from partitioning.tables.maintenance import (
-    compact_local,
-    delete_rows,
-    drop_partitions,
-    optimize_manifest,
-    vacuum,
-)
+from partitioning.storage.manifest import ManifestStore
+from partitioning.storage.paths import check_location, contained, location_problem
+from partitioning.tables.compaction import compact_local
+from partitioning.tables.deletes import delete_rows, drop_partitions
+from partitioning.tables.maintenance import optimize_manifest
 from partitioning.tables.restore import restore
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines.maintenance import operations as spark_maintenance
 from pipelines.read.dataframe import read_partitioned

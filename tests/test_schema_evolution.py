@@ -21,7 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from partitioning import ConcurrentModification, PartitionedNamespace, PartitionTable, SchemaError, SpecError
-from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, conform_table, write_table
+from partitioning.tables.fragments import FragmentWriter, add_partition_columns
+from partitioning.tables.write import commit_write, conform_table, write_table
 from pipelines.read.dataframe import read_partitioned
 from pipelines.write.dataframe import write_partitioned
 

@@ -2,7 +2,7 @@
 
 Spark 4.3 checks a new data source name against the active session's registry, so a
 session whose parent had registered ``lance_partitioned`` could not register it
-(DATA_SOURCE_ALREADY_EXISTS); :func:`pipelines.session.register_once` registers it with
+(DATA_SOURCE_ALREADY_EXISTS); :func:`pipelines.session_calls.register_once` registers it with
 the session made active, and leaves the active session as it was.
 """
 

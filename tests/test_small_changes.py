@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-import pipelines.write.rewrite as rewrite
 import pipelines.write.small as small
+import pipelines.write.targets as targets
 from partitioning.errors import PartitioningError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
@@ -74,7 +74,7 @@ def no_tasks(monkeypatch: pytest.MonkeyPatch, spark: SparkSession) -> None:
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a small change read or wrote rows through Spark's tasks")
 
-    monkeypatch.setattr(rewrite, "_spark_rows", refused)
+    monkeypatch.setattr(targets, "_spark_rows", refused)
     monkeypatch.setattr(type(spark.range(1)), "mapInArrow", refused)
     monkeypatch.setattr("pipelines.read.datasource.register_data_source", refused)
 
@@ -133,13 +133,13 @@ def test_a_target_beyond_the_bounds_is_read_by_tasks(spark: SparkSession, tmp_pa
     _namespace(root)
     monkeypatch.setattr(small, "SMALL_MAX_ROWS", 3)  # the target holds 4 rows
     reads: list[list[str]] = []
-    real = rewrite._spark_rows
+    real = targets._spark_rows
 
     def spied(session: Any, ns: Any, read: Any, *args: Any) -> Any:
         reads.append(sorted(read))
         return real(session, ns, read, *args)
 
-    monkeypatch.setattr(rewrite, "_spark_rows", spied)
+    monkeypatch.setattr(targets, "_spark_rows", spied)
     update_rows(root, set={"amount": "amount + 1"}, spark=spark)
     assert len(reads) == 1 and len(reads[0]) == 3
     expected = oracle.update(

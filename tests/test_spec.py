@@ -19,7 +19,8 @@ from lance_namespace.errors import InvalidInputError
 
 from partitioning.errors import SchemaError, SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
+from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import (
     BucketTransform,

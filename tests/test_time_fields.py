@@ -18,7 +18,7 @@ from partitioning.spec.schema import NamespaceSchema
 SCHEMA = pa.schema(
     [("ts", pa.timestamp("us", tz="UTC")), ("d", pa.date32()), ("country", pa.string()), ("user_id", pa.int64())]
 )
-LOGGER = "partitioning.spec.partition_spec"
+LOGGER = "partitioning.spec.partition_by"
 
 
 def _logged(caplog: pytest.LogCaptureFixture, exprs: list[str]) -> list[str]:

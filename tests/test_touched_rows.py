@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wide_namespace import START, day_rows, wide_namespace
 
-import partitioning.state.namespace_state as state_module
+import partitioning.state.loading as state_module
 from partitioning import PartitionedNamespace, TableCommit
 from partitioning.errors import InvalidInput
-from partitioning.state.commits import MAX_PARTITION_VALUE_BYTES
-from partitioning.state.namespace_state import clear_state_cache
+from partitioning.state.commit_rows import MAX_PARTITION_VALUE_BYTES
+from partitioning.state.loading import clear_state_cache
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("day", pa.date32()), ("country", pa.string()), ("v", pa.int64())])

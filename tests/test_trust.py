@@ -21,7 +21,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from partitioning import InvalidInput, PartitionedNamespace, PartitioningError
-from partitioning.tables.maintenance import delete_rows as delete_rows_local
+from partitioning.tables.deletes import delete_rows as delete_rows_local
 from partitioning.tables.write import write_table
 from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
 from pipelines.read.dataframe import read_partitioned

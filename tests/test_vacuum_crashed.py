@@ -21,7 +21,9 @@ import pyarrow as pa
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.tables.maintenance import compact_local, delete_rows, vacuum
+from partitioning.tables.compaction import compact_local
+from partitioning.tables.deletes import delete_rows
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])

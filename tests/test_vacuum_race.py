@@ -27,10 +27,13 @@ import pytest
 
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification
-from partitioning.storage.leases import LEASE_DIR, LEASE_TTL, list_leases, write_lease
+from partitioning.storage.lease_files import LEASE_DIR, LEASE_TTL, list_leases
+from partitioning.storage.leases import write_lease
 from partitioning.storage.manifest import ManifestStore
-from partitioning.tables.maintenance import drop_partitions, vacuum
-from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, write_table
+from partitioning.tables.deletes import drop_partitions
+from partitioning.tables.fragments import FragmentWriter, add_partition_columns
+from partitioning.tables.vacuum import vacuum
+from partitioning.tables.write import commit_write, write_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 DAY = dt.timedelta(hours=24)
@@ -317,21 +320,21 @@ def test_a_failed_data_source_write_removes_its_lease(spark, tmp_path: Path) -> 
 
 def test_compaction_holds_a_lease_until_its_commit(tmp_path: Path, monkeypatch) -> None:
     """compact_local rewrites under a lease: seen live while the new fragments are written."""
-    import partitioning.tables.maintenance as maintenance
+    import partitioning.tables.compaction as compaction
 
     root = str(tmp_path / "ns")
     ns = PartitionedNamespace.create(root, SCHEMA, ["p"])
     for i in range(3):
         write_table(ns, _table([(i, "a")]))
     seen: list[int] = []
-    real = maintenance.rewrite
+    real = compaction.rewrite
 
     def watched(task):
         seen.append(sum(lease.live(dt.datetime.now(dt.UTC)) for lease in list_leases(root)))
         return real(task)
 
-    monkeypatch.setattr(maintenance, "rewrite", watched)
-    report = maintenance.compact_local(PartitionedNamespace.load(root))
+    monkeypatch.setattr(compaction, "rewrite", watched)
+    report = compaction.compact_local(PartitionedNamespace.load(root))
     assert report.tables == 1 and seen == [1]
     assert list_leases(root) == []
     assert sorted(_committed(root)) == [(0, "a"), (1, "a"), (2, "a")]

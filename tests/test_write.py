@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 
 from partitioning.errors import NamespaceAlreadyExists, SchemaError, SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.schema import FIELD_ID_KEY
+from partitioning.spec.field_ids import FIELD_ID_KEY
 from partitioning.spec.transforms import parse_transform
 from partitioning.tables.write import write_table
 from pipelines.write.dataframe import write_partitioned

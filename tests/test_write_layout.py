@@ -23,12 +23,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-import pipelines.write.dataframe as pw
+import pipelines.write.fragments as pw
 from partitioning import NamespaceSchema, PartitionField, PartitionSpec
 from partitioning.errors import SchemaError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.schema import field_id_of
-from partitioning.tables.write import FragmentWriter, commit_write, part_column, write_table
+from partitioning.spec.field_ids import field_id_of
+from partitioning.tables.fragments import FragmentWriter
+from partitioning.tables.messages import part_column
+from partitioning.tables.write import commit_write, write_table
 from pipelines.write.dataframe import write_partitioned
 
 # The layout of Spark's write tasks: small inputs here must not take the driver's path.

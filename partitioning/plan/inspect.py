@@ -38,10 +38,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import PartitioningError, first_line, translate_lance_errors
-from partitioning.namespace import PartitionedNamespace, open_partition_table
-from partitioning.sql.filters import Dialect, parse_filter
+from partitioning.namespace import PartitionedNamespace
+from partitioning.sql.filters import Dialect
+from partitioning.sql.from_sql import parse_filter
+from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
-from partitioning.storage.manifest import ManifestStore, join_uri, partition_column
+from partitioning.storage.manifest import ManifestStore, partition_column
+from partitioning.storage.paths import join_uri
 from partitioning.storage.roots import filesystem_of
 
 __all__ = ["PARALLEL_OPENS", "files_schema", "files_table", "partition_type", "partitions_schema", "partitions_table"]
@@ -255,7 +258,7 @@ def _parallel(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
 # -- per table ------------------------------------------------------------------------------------
 def _open(task: ScanTask, storage_options: Mapping[str, str] | None, session: lance.Session) -> lance.LanceDataset:
     """``task``'s table at its recorded version; any failure is reported by
-    :func:`partitioning.state.namespace_state.open_partition_table` (one line naming the table and version)."""
+    :func:`partitioning.state.partition_tables.open_partition_table` (one line naming the table and version)."""
     opts = dict(storage_options) if storage_options else None
     if task.read_branch is None and task.read_tag is None:
         try:

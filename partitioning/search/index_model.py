@@ -35,10 +35,12 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
-from partitioning.storage.manifest import ManifestStore, contained, filesystem_of, join_uri
+from partitioning.storage.locations import MODEL_DIR
+from partitioning.storage.manifest import ManifestStore
+from partitioning.storage.paths import contained, join_uri
+from partitioning.storage.roots import filesystem_of
 
 __all__ = [
-    "MODEL_DIR",
     "IndexSpec",
     "VectorModel",
     "load_model",
@@ -49,7 +51,6 @@ __all__ = [
     "train_model",
 ]
 
-MODEL_DIR = "_index_models"
 PROPERTY_PREFIX = "lance_partitioned.index."
 _MODEL_RE = re.compile(rf"^{MODEL_DIR}/([0-9a-f]{{64}})\.arrow$")
 _MIN_PQ_SAMPLE = 512  # PQ training needs 256 codes x a sample rate of at least 2

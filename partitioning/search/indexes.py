@@ -25,12 +25,13 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
-from partitioning.namespace import PartitionedNamespace, TableCommit, open_partition_table
+from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.search.index_model import IndexSpec, VectorModel, load_model, model_kwargs
-from partitioning.spec.schema import field_id_of
+from partitioning.spec.field_ids import field_id_of
 from partitioning.spec.vectors import is_vector_type, vector_dimension
+from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
-from partitioning.storage.datasets import COMMIT_MESSAGE, dataset_columns, latest_keeping_indexes
+from partitioning.storage.alignment import COMMIT_MESSAGE, dataset_columns, latest_keeping_indexes
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation
 

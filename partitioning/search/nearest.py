@@ -29,15 +29,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError, first_line, translate_lance_errors
-from partitioning.namespace import PartitionedNamespace, open_partition_table
+from partitioning.namespace import PartitionedNamespace
 from partitioning.search import knn_scan
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.vectors import is_vector_type, vector_dimension
 from partitioning.sql.binding import bind
-from partitioning.sql.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood, parse_filter
+from partitioning.sql.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood
+from partitioning.sql.from_sql import parse_filter
 from partitioning.sql.rowfilter import arrow_predicate, lance_filter
+from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
-from partitioning.storage.datasets import dataset_columns, reconcile
+from partitioning.storage.alignment import dataset_columns, reconcile
 
 __all__ = [
     "DISTANCE",

@@ -2,7 +2,8 @@
 
 Every commit also rewrites the ``v<N>`` row of each spec version it touches (the lock
 rows), so any two commits based on the same manifest version conflict and the second
-must be rebased. The ``v<N>`` rows also remember the write ids of recent commits.
+must be rebased. The ``v<N>`` rows also remember the write ids of recent commits and
+hold intents; :mod:`partitioning.state.commit_rows` builds the rows a commit writes.
 The :class:`~partitioning.namespace.PartitionedNamespace` methods of the same names call
 these functions.
 """
@@ -10,60 +11,38 @@ these functions.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from typing import Any
 
 import lance
 import pyarrow as pa
 
-from partitioning.errors import ConcurrentModification, InvalidInput, TableNotFound
-from partitioning.spec.transforms import canonical_float
-from partitioning.state.namespace_state import (
-    ManifestHandle,
-    NamespaceState,
-    TableCommit,
-    state_after_merge,
-    state_after_rewrite,
-)
+from partitioning.errors import ConcurrentModification, TableNotFound
+from partitioning.spec.values import canonical_float
+from partitioning.state.commit_rows import commit_rows, lock_rows
+from partitioning.state.loading import state_after_merge, state_after_rewrite
+from partitioning.state.namespace_state import ManifestHandle, NamespaceState
+from partitioning.state.partition_tables import TableCommit
 from partitioning.state.upkeep import fold_merge, maybe_compact_manifest
 from partitioning.storage.guard import Guard, Reference, guarded
 from partitioning.storage.history import Operation
-from partitioning.storage.intents import (
-    INTENT_KEY,
-    Intent,
-    IntentWait,
-    blocking,
-    intents_in,
-    wait_until_released,
-    with_intents,
-)
+from partitioning.storage.intents import Intent, IntentWait, blocking, intents_in, wait_until_released
 from partitioning.storage.locations import object_id_from_location, seed_named, spec_id_of
-from partitioning.storage.manifest import ManifestStore, partition_column, table_uri
+from partitioning.storage.manifest import ManifestStore
+from partitioning.storage.paths import table_uri
 
 __all__ = [
     "DEFAULT_COMMIT_RETRIES",
-    "MAX_PARTITION_VALUE_BYTES",
-    "WRITE_IDS_PROPERTY",
-    "WRITE_ID_HISTORY",
-    "check_partition_value_sizes",
     "commit_metadata",
     "commit_once",
-    "commit_rows",
     "commit_tables",
-    "committed_write_ids",
-    "lock_rows",
     "merge_manifest_rows",
     "remove_tables",
 ]
 
 DEFAULT_COMMIT_RETRIES = 8
-MAX_PARTITION_VALUE_BYTES = 1024
-WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
-WRITE_ID_HISTORY = 100
 
 
 def merge_manifest_rows(
@@ -325,58 +304,6 @@ def _addresses_of(state: NamespaceState, fresh_ids: frozenset[str], object_ids: 
     return state.addresses_of([i for i in object_ids if i not in fresh_ids])
 
 
-def committed_write_ids(state: NamespaceState) -> set[str]:
-    """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
-    ids: set[str] = set()
-    locks = state.rows_for(f"v{spec_id}" for spec_id in state.specs)
-    for spec_id in state.specs:
-        ids.update(_write_ids(locks.get(f"v{spec_id}")))
-    return ids
-
-
-def lock_rows(
-    state: NamespaceState,
-    spec_ids: Iterable[int],
-    write_id: str | None,
-    *,
-    add_intent: Intent | None = None,
-    clear_intent: str | None = None,
-) -> list[dict[str, Any]]:
-    """The ``v<N>`` rows of ``spec_ids`` to rewrite in a commit, remembering ``write_id`` if
-    given; intents (:mod:`partitioning.storage.intents`): ``add_intent`` recorded, ``clear_intent`` and
-    lapsed ones dropped."""
-    out = []
-    wanted = sorted(spec_ids)
-    locks = state.rows_for(f"v{spec_id}" for spec_id in wanted)
-    now = dt.datetime.now(dt.UTC)
-    for spec_id in wanted:
-        row = dict(locks[f"v{spec_id}"])
-        props = json.loads(row.get("metadata") or "{}")
-        if INTENT_KEY in props or add_intent is not None:
-            props = with_intents(props, add=add_intent, remove=clear_intent, now=now)
-        if write_id is not None:
-            recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
-            props[WRITE_IDS_PROPERTY] = json.dumps([*recent, write_id])
-        row["metadata"] = json.dumps(props, separators=(",", ":"), sort_keys=True)
-        out.append(row)
-    return out
-
-
-def check_partition_value_sizes(field_ids: Sequence[str], key: Sequence[Any]) -> None:
-    """Refuse a string or binary partition value longer than :data:`MAX_PARTITION_VALUE_BYTES`:
-    every partition value is copied into the manifest, which every load and commit reads."""
-    for fid, value in zip(field_ids, key, strict=True):
-        size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else None
-        if isinstance(value, bytes | bytearray):
-            size = len(value)
-        if size is not None and size > MAX_PARTITION_VALUE_BYTES:
-            raise InvalidInput(
-                f"partition field {fid!r}: a value of {size:,} bytes is longer than the limit of "
-                f"{MAX_PARTITION_VALUE_BYTES:,} bytes for partition values (each is stored in __manifest); "
-                f"partition by bucket[N] or truncate[W] of the column instead"
-            )
-
-
 def _seed_named(
     state: NamespaceState, commits: Sequence[TableCommit], seed: bytes | None
 ) -> tuple[frozenset[str], frozenset[str]]:
@@ -395,100 +322,3 @@ def _seed_named(
         if location_named:
             locations.add(c.location)
     return frozenset(ids), frozenset(locations)
-
-
-def commit_rows(
-    state: NamespaceState,
-    commits: Sequence[TableCommit],
-    names: Sequence[str],
-    *,
-    fresh: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
-) -> list[dict[str, Any]]:
-    """The table rows of ``commits`` and the namespace rows above them (``names``: the manifest
-    columns). Only the manifest rows these commits touch are decoded (:mod:`partitioning.state.lookup`);
-    ``fresh`` ids and locations (:func:`commit_once`'s ``naming_seed``) are known to be in no row."""
-    keyed = []
-    for c in commits:
-        spec = state.spec(c.spec_id)
-        key = tuple(canonical_float(c.values.get(f.field_id)) for f in spec.fields)
-        check_partition_value_sizes(spec.field_ids, key)
-        keyed.append((c, spec, key, c.object_id or object_id_from_location(c.location)))
-    current: dict[tuple[int, Any], Any] = {}
-    for spec_id in {c.spec_id for c in commits}:
-        found = state.find_tables(spec_id, [key for c, _, key, _ in keyed if c.spec_id == spec_id])
-        current.update({(spec_id, k): t for k, t in found.items()})
-    touched = {oid for *_, oid in keyed}
-    touched.update("$".join(oid.split("$")[: level + 1]) for oid in list(touched) for level in range(1, oid.count("$")))
-    fresh_ids, fresh_locations = fresh
-    existing = state.rows_for(touched - fresh_ids)
-    _check_new_locations(state, keyed, existing, fresh_locations)
-    out: dict[str, dict[str, Any]] = {}
-    for c, spec, key, object_id in keyed:
-        table = current.get((c.spec_id, key))
-        if table is not None and table.object_id != object_id:
-            raise ConcurrentModification(
-                f"partition {dict(zip(spec.field_ids, key, strict=True))} of spec v{c.spec_id} was created "
-                f"concurrently at {table.location}; data written to {c.location} was not committed"
-            )
-        parts = object_id.split("$")
-        for level in range(1, len(parts) - 1):
-            ns_id = "$".join(parts[: level + 1])
-            if ns_id in out:
-                continue
-            row = dict(existing.get(ns_id) or dict.fromkeys(names))
-            row.update(object_id=ns_id, object_type="namespace", metadata="{}")
-            for f, v in zip(spec.fields[:level], key[:level], strict=True):
-                row[partition_column(f.field_id)] = v
-            out[ns_id] = row
-        if object_id in out and out[object_id]["location"] != c.location:
-            raise InvalidInput(
-                f"one commit gives table {object_id} two locations: {out[object_id]['location']}, {c.location}"
-            )
-        previous = existing.get(object_id, {}).get("read_version")
-        if previous is not None and previous > c.read_version:
-            raise ConcurrentModification(
-                f"refusing to lower read_version of {object_id} from {previous} to {c.read_version}"
-            )
-        row = dict(existing.get(object_id) or dict.fromkeys(names))
-        row.update(
-            object_id=object_id,
-            object_type="table",
-            location=c.location,
-            metadata=row.get("metadata") or "{}",
-            read_version=c.read_version,
-            read_branch=None,
-            read_tag=None,
-        )
-        for f, v in zip(spec.fields, key, strict=True):
-            row[partition_column(f.field_id)] = v
-        out[object_id] = row
-    return list(out.values())
-
-
-def _check_new_locations(
-    state: NamespaceState,
-    keyed: Sequence[tuple[TableCommit, Any, Any, str]],
-    existing: Mapping[str, Mapping[str, Any]],
-    fresh_locations: frozenset[str],
-) -> None:
-    """No location a commit gives a table (a new table, or a moved one; ``existing``: the
-    rows the tables have now) may be another manifest row's (two rows sharing a directory);
-    ``fresh_locations`` are known to be in no row."""
-    wanted = {
-        c.location: oid
-        for c, _, _, oid in keyed
-        if (existing.get(oid) or {}).get("location") != c.location and c.location not in fresh_locations
-    }
-    for oid, location in state.location_holders(wanted):
-        if wanted[location] != oid:
-            raise ConcurrentModification(
-                f"location {location!r} is already table {oid!r}'s; data written there for {wanted[location]!r} "
-                "was not committed"
-            )
-
-
-def _write_ids(row: Mapping[str, Any] | None) -> list[str]:
-    if not row or not row.get("metadata"):
-        return []
-    props = json.loads(row["metadata"])
-    return list(json.loads(props.get(WRITE_IDS_PROPERTY, "[]")))

@@ -11,8 +11,9 @@ import pyarrow as pa
 
 from partitioning.errors import NamespaceNotFound
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.state.namespace_state import NamespaceState, PartitionTable, open_partition_table
-from partitioning.storage.datasets import dataset_columns
+from partitioning.state.namespace_state import NamespaceState
+from partitioning.state.partition_tables import PartitionTable, open_partition_table
+from partitioning.storage.alignment import dataset_columns
 from partitioning.storage.locations import spec_id_of
 from partitioning.storage.manifest import partition_column
 

@@ -19,9 +19,12 @@ from lance.dataset import LanceOperation, Transaction
 from lance.schema import LanceSchema
 
 from partitioning.errors import ConcurrentModification, SpecError, translate_lance_errors
-from partitioning.spec.partition_spec import PartitionField, PartitionSpec, parse_partition_by
-from partitioning.spec.schema import NamespaceSchema, parse_type
-from partitioning.state.commits import commit_metadata, lock_rows, merge_manifest_rows
+from partitioning.spec.arrow_json import parse_type
+from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_spec import PartitionField, PartitionSpec
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.state.commit_rows import lock_rows
+from partitioning.state.commits import commit_metadata, merge_manifest_rows
 from partitioning.state.namespace_state import ManifestHandle
 from partitioning.storage.history import Operation
 from partitioning.storage.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestStore, partition_column

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.spec.partition_spec import PartitionSpec
-from partitioning.spec.transforms import canonical_float
+from partitioning.spec.values import canonical_float
 from partitioning.storage.locations import PartitionKey, spec_id_of
 from partitioning.storage.manifest import partition_column
 

@@ -11,33 +11,27 @@ The filter must come from :func:`partitioning.sql.binding.bind`: negation normal
 literals of their column's type. Floats follow Spark: NaN equals NaN and is above every
 number (identity partition values are normalised to one NaN and 0.0); a bucket of
 0.0 may hold -0.0 (its hash differs), and NaN rows may hash anywhere.
+
+Here each filter node is compiled, field by field; the expressions it is built from, and
+the rules spanning several fields (time ranges, multi-source buckets), are in
+:mod:`partitioning.state.pruning_terms`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
-import itertools
 import math
-from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import PartitioningError
 from partitioning.spec.expression import evaluate_expression_scalar
+from partitioning.spec.field_ids import field_id_of
 from partitioning.spec.partition_spec import PartitionField, PartitionSpec
-from partitioning.spec.schema import NamespaceSchema, field_id_of
-from partitioning.spec.transforms import (
-    DayTransform,
-    HourTransform,
-    IdentityTransform,
-    MonthTransform,
-    MultiBucketTransform,
-    TruncateTransform,
-    YearTransform,
-)
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.transforms import IdentityTransform, TruncateTransform
 from partitioning.sql.filters import (
     And,
     Approx,
@@ -54,67 +48,29 @@ from partitioning.sql.filters import (
     size_of,
 )
 from partitioning.sql.tokens import DECIMAL_CONTEXT
-from partitioning.storage.manifest import partition_column
+from partitioning.state.pruning_terms import (
+    CannotPrune,
+    Expr,
+    all_of,
+    any_of,
+    coerce_literal,
+    column_of,
+    compare,
+    compare_eq,
+    literal,
+    multi_bucket,
+    not_null,
+    time_range,
+)
 
 __all__ = ["partition_condition"]
 
-_TIME_ORDER = (YearTransform, MonthTransform, DayTransform, HourTransform)
-_MAX_COMBINATIONS = 256
 MAX_PRUNED_NODES = 2_000
-Expr: TypeAlias = Any  # pyarrow.compute.Expression (pyarrow ships no type stubs)
-
-
-class _CannotPrune(Exception):
-    """A literal that cannot be read as the column's type: the leaf keeps every partition."""
-
-
-def coerce_literal(value: Any, t: pa.DataType) -> Any:
-    """A bound literal checked against its column type (raises _CannotPrune if it does not fit)."""
-    if value is None:
-        return None
-    ok = (
-        (pa.types.is_timestamp(t) and isinstance(value, dt.datetime) and (value.tzinfo is None) == (t.tz is None))
-        or (pa.types.is_date(t) and isinstance(value, dt.date) and not isinstance(value, dt.datetime))
-        or (pa.types.is_integer(t) and isinstance(value, int) and not isinstance(value, bool))
-        or (pa.types.is_decimal(t) and isinstance(value, decimal.Decimal))
-        or (pa.types.is_floating(t) and isinstance(value, float))
-        or ((pa.types.is_string(t) or pa.types.is_large_string(t)) and isinstance(value, str))
-        or (pa.types.is_boolean(t) and isinstance(value, bool))
-        or ((pa.types.is_binary(t) or pa.types.is_large_binary(t)) and isinstance(value, bytes))
-    )
-    if not ok:
-        raise _CannotPrune
-    return value
-
-
-def _lit(value: Any, t: pa.DataType) -> pa.Scalar:
-    return pa.scalar(value, type=t)
-
-
-def _not_null(e: Expr) -> Expr:
-    """NULL (unknown) comparisons of a partition value mean the partition cannot match."""
-    return pc.coalesce(e, pa.scalar(False))
-
-
-def _tuple_cmp(columns: Sequence[Expr], values: Sequence[Any], types: Sequence[pa.DataType], op: str) -> Expr:
-    """Lexicographic ``(columns) op (values)`` for op in > >= < <=."""
-    strict = {">": ">", ">=": ">", "<": "<", "<=": "<"}[op]
-    out: Expr | None = None
-    prefix: Expr | None = None
-    for col, value, t in zip(columns, values, types, strict=True):
-        lit = _lit(value, t)
-        step = (col > lit) if strict == ">" else (col < lit)
-        term = step if prefix is None else (prefix & step)
-        out = term if out is None else (out | term)
-        eq = col == lit
-        prefix = eq if prefix is None else (prefix & eq)
-    assert out is not None and prefix is not None
-    if op in (">=", "<="):
-        out = out | prefix
-    return _not_null(out)
 
 
 class _Compiler:
+    """Compiles filters into conditions on the partition columns of one spec version."""
+
     def __init__(self, spec: PartitionSpec, schema: NamespaceSchema) -> None:
         self.spec = spec
         self.schema = schema
@@ -131,9 +87,6 @@ class _Compiler:
         sid = field_id_of(src)
         return src, [f for f in self.spec.fields if f.source_ids == (sid,)]
 
-    def _col(self, pf: PartitionField) -> Expr:
-        return pc.field(partition_column(pf.field_id))
-
     def _rtype(self, pf: PartitionField) -> pa.DataType:
         return pf.arrow_result_type(self.schema)
 
@@ -145,7 +98,7 @@ class _Compiler:
         try:
             return evaluate_expression_scalar(pf.expression, [v], [t], self._rtype(pf))
         except PartitioningError as exc:
-            raise _CannotPrune from exc
+            raise CannotPrune from exc
 
     # -- compile -----------------------------------------------------------------------------
     def compile(self, f: Filter) -> Expr | None:
@@ -158,17 +111,17 @@ class _Compiler:
             return self.compile(f.child)
         if isinstance(f, And):
             parts = [self.compile(c) for c in f.children]
-            parts.extend(self._multi_bucket(f.children))
+            parts.extend(multi_bucket(self.spec, self.schema, f.children))
             kept = [p for p in parts if p is not None]
-            return None if not kept else _and(kept)
+            return None if not kept else all_of(kept)
         if isinstance(f, Or):
             parts = [self.compile(c) for c in f.children]
             if any(p is None for p in parts):
                 return None
-            return _or([p for p in parts if p is not None])
+            return any_of([p for p in parts if p is not None])
         try:
             return self._leaf(f)
-        except _CannotPrune:
+        except CannotPrune:
             return None
 
     def _leaf(self, f: Filter) -> Expr | None:
@@ -199,71 +152,45 @@ class _Compiler:
             return self._float_cmp(f.op, v, src.type, fields)
         conds: list[Expr] = []
         for pf in fields:
-            col, rt = self._col(pf), self._rtype(pf)
+            col, rt = column_of(pf), self._rtype(pf)
             t = pf.transform
             if f.op == "=":
-                conds.append(_not_null(col == _lit(self._value(pf, v, src.type), rt)))
+                conds.append(not_null(col == literal(self._value(pf, v, src.type), rt)))
             elif f.op == "!=" and isinstance(t, IdentityTransform):
-                conds.append(_not_null(col != _lit(v, rt)))
+                conds.append(not_null(col != literal(v, rt)))
             elif f.op in ("<", "<=", ">", ">=") and isinstance(t, IdentityTransform):
-                conds.append(_not_null(_compare(col, f.op, _lit(v, rt))))
+                conds.append(not_null(compare(col, f.op, literal(v, rt))))
             elif f.op in ("<", "<=", ">", ">=") and isinstance(t, TruncateTransform):
                 # truncate is monotone (toward zero for numbers, a prefix for strings)
-                bound = _lit(t.apply_scalar([v], [src.type]), rt)
-                conds.append(_not_null(col >= bound if f.op in (">", ">=") else col <= bound))
+                bound = literal(t.apply_scalar([v], [src.type]), rt)
+                conds.append(not_null(col >= bound if f.op in (">", ">=") else col <= bound))
         if f.op in ("<", "<=", ">", ">="):
-            time = self._time_range(fields, f.op, v, src.type)
+            time = time_range(fields, f.op, v, src.type)
             if time is not None:
                 conds.append(time)
-        return _and(conds) if conds else None
+        return all_of(conds) if conds else None
 
     def _float_cmp(self, op: str, v: float, t: pa.DataType, fields: list[PartitionField]) -> Expr | None:
         """Spark's float order: NaN equals NaN and is above every number; -0.0 equals 0.0."""
         conds: list[Expr] = []
         for pf in fields:
-            col = self._col(pf)
+            col = column_of(pf)
             if isinstance(pf.transform, IdentityTransform):
                 wide = col.cast(pa.float64())
                 nan = pc.coalesce(pc.is_nan(wide), pa.scalar(False))
                 if math.isnan(v):
                     cond = {"=": nan, "!=": ~nan, "<": ~nan, "<=": wide.is_valid(), ">": pc.scalar(False), ">=": nan}
-                    conds.append(_not_null(cond[op] & wide.is_valid()))
+                    conds.append(not_null(cond[op] & wide.is_valid()))
                     continue
                 lit = pa.scalar(v, pa.float64())
-                base = _not_null(wide != lit) | nan if op == "!=" else _not_null(_compare_eq(wide, op, lit))
+                base = not_null(wide != lit) | nan if op == "!=" else not_null(compare_eq(wide, op, lit))
                 conds.append(base | nan if op in (">", ">=") else base)
             elif op == "=" and not math.isnan(v):
                 hashed = {self._value(pf, x, t) for x in ([v, -v] if v == 0 else [v])}  # 0.0 == -0.0 in a set
                 hashed.discard(None)
                 rt = self._rtype(pf)
-                conds.append(_not_null(pc.is_in(col, value_set=pa.array(sorted(hashed, key=repr), type=rt))))
-        return _and(conds) if conds else None
-
-    def _time_range(self, fields: list[PartitionField], op: str, v: Any, t: pa.DataType) -> Expr | None:
-        """A range on the source as a tuple range over leading (year, month, day, hour) fields."""
-        by_kind = {type(pf.transform): pf for pf in fields if pf.transform is not None}
-        leading: list[PartitionField] = []
-        for kind in _TIME_ORDER:
-            if kind not in by_kind:
-                break
-            leading.append(by_kind[kind])
-        if not leading:
-            return None
-        values = [pf.transform.apply_scalar([v], [t]) for pf in leading]  # type: ignore[union-attr]
-        columns = [self._col(pf) for pf in leading]
-        types = [pa.int32()] * len(leading)
-        # The literal's own period can hold matches on either side of it, so strict bounds
-        # keep it, except where the period cannot hold a value beyond the literal.
-        whole_value = isinstance(v, dt.date) and not isinstance(v, dt.datetime) and len(leading) >= 3
-        if op == ">" and whole_value:
-            op = ">"  # a date's (year, month, day) period holds that date only
-        elif op in (">", ">="):
-            op = ">="
-        elif op == "<" and _starts_period(v, len(leading)):
-            op = "<"
-        else:
-            op = "<="
-        return _tuple_cmp(columns, values, types, op)
+                conds.append(not_null(pc.is_in(col, value_set=pa.array(sorted(hashed, key=repr), type=rt))))
+        return all_of(conds) if conds else None
 
     def _in(self, f: In) -> Expr | None:
         src, fields = self._fields_of(f.column)
@@ -274,19 +201,19 @@ class _Compiler:
             parts = [self._float_cmp("=", v, src.type, fields) for v in values]
             if not parts:
                 return pc.scalar(False)
-            return None if any(p is None for p in parts) else _or([p for p in parts if p is not None])
+            return None if any(p is None for p in parts) else any_of([p for p in parts if p is not None])
         conds = []
         for pf in fields:
             mapped = {self._value(pf, v, src.type) for v in values}
             mapped.discard(None)
             rt = self._rtype(pf)
-            conds.append(_not_null(pc.is_in(self._col(pf), value_set=pa.array(sorted(mapped, key=repr), type=rt))))
-        return _and(conds) if conds else None
+            conds.append(not_null(pc.is_in(column_of(pf), value_set=pa.array(sorted(mapped, key=repr), type=rt))))
+        return all_of(conds) if conds else None
 
     def _null(self, column: str, *, is_null: bool) -> Expr | None:
         _, fields = self._fields_of(column)
-        conds = [self._col(pf).is_null() if is_null else self._col(pf).is_valid() for pf in fields]
-        return _and(conds) if conds else None
+        conds = [column_of(pf).is_null() if is_null else column_of(pf).is_valid() for pf in fields]
+        return all_of(conds) if conds else None
 
     def _like(self, f: Like) -> Expr | None:
         if f.kind == "pattern":
@@ -299,16 +226,16 @@ class _Compiler:
             return None
         conds = []
         for pf in fields:
-            col, t = self._col(pf), pf.transform
+            col, t = column_of(pf), pf.transform
             if isinstance(t, IdentityTransform):
                 fn = {"starts": pc.starts_with, "ends": pc.ends_with, "contains": pc.match_substring}[f.kind]
-                conds.append(_not_null(fn(col, pattern=f.text)))
+                conds.append(not_null(fn(col, pattern=f.text)))
             elif isinstance(t, TruncateTransform) and f.kind == "starts":
                 if len(f.text) >= t.width:
-                    conds.append(_not_null(col == _lit(f.text[: t.width], self._rtype(pf))))
+                    conds.append(not_null(col == literal(f.text[: t.width], self._rtype(pf))))
                 else:
-                    conds.append(_not_null(pc.starts_with(col, pattern=f.text)))
-        return _and(conds) if conds else None
+                    conds.append(not_null(pc.starts_with(col, pattern=f.text)))
+        return all_of(conds) if conds else None
 
     def _not_null_safe_equal(self, f: Cmp) -> Expr | None:
         """``NOT (c <=> v)`` is TRUE for NULL ``c``: identity partitions other than ``v``, NULL included."""
@@ -319,7 +246,7 @@ class _Compiler:
         if src is None or not ident:
             return None
         v = coerce_literal(f.value, src.type)
-        return _and([pc.coalesce(self._col(pf) != _lit(v, self._rtype(pf)), pa.scalar(True)) for pf in ident])
+        return all_of([pc.coalesce(column_of(pf) != literal(v, self._rtype(pf)), pa.scalar(True)) for pf in ident])
 
     def _negated(self, child: Filter) -> Expr | None:
         """NOT IN / NOT LIKE on identity fields; anything else keeps every partition."""
@@ -335,61 +262,7 @@ class _Compiler:
         inner = self._leaf(child)
         if inner is None:
             return None
-        return _and([_not_null(~inner & self._col(pf).is_valid()) for pf in ident])
-
-    def _multi_bucket(self, children: Sequence[Filter]) -> list[Expr]:
-        """multi_bucket fields whose every source has equality (or small IN) literals in this AND."""
-        literals: dict[str, list[Any]] = {}
-        for c in children:
-            if isinstance(c, Cmp) and c.op in ("=", "<=>") and c.value is not None:
-                literals[c.column] = [c.value]
-            elif isinstance(c, In):
-                literals[c.column] = [v for v in c.values if v is not None]
-        out = []
-        for pf in self.spec.fields:
-            if not isinstance(pf.transform, MultiBucketTransform) and not (
-                pf.expression is not None and len(pf.source_ids) > 1
-            ):
-                continue
-            sources = [self.schema.top_level_field_by_id(i) for i in pf.source_ids]
-            if any(s is None or s.name not in literals for s in sources):
-                continue
-            try:
-                choices = [_hash_inputs([coerce_literal(v, s.type) for v in literals[s.name]]) for s in sources]  # type: ignore[union-attr]
-            except _CannotPrune:
-                continue
-            combos = list(itertools.islice(itertools.product(*choices), _MAX_COMBINATIONS + 1))
-            if len(combos) > _MAX_COMBINATIONS:
-                continue
-            types = [s.type for s in sources]  # type: ignore[union-attr]
-            if pf.transform is not None:
-                mapped = {pf.transform.apply_scalar(list(combo), types) for combo in combos}
-            else:
-                assert pf.expression is not None
-                try:
-                    mapped = {
-                        evaluate_expression_scalar(pf.expression, list(combo), types, self._rtype(pf))
-                        for combo in combos
-                    }
-                except PartitioningError:
-                    continue
-            mapped.discard(None)
-            out.append(
-                _not_null(pc.is_in(self._col(pf), value_set=pa.array(sorted(mapped, key=repr), type=self._rtype(pf))))
-            )
-        return out
-
-
-def _hash_inputs(values: list[Any]) -> list[Any]:
-    """Values whose hashes a row equal to one of ``values`` may have: 0.0 also as -0.0."""
-    out: list[Any] = []
-    for v in values:
-        if isinstance(v, float) and math.isnan(v):
-            raise _CannotPrune  # NaN payloads hash differently
-        out.append(v)
-        if isinstance(v, float) and v == 0:
-            out.append(-v)
-    return out
+        return all_of([not_null(~inner & column_of(pf).is_valid()) for pf in ident])
 
 
 def _literal_prefix(pattern: str) -> str:
@@ -407,43 +280,6 @@ def _literal_prefix(pattern: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
-
-
-def _compare_eq(col: Expr, op: str, lit: pa.Scalar) -> Expr:
-    return col == lit if op == "=" else _compare(col, op, lit)
-
-
-def _compare(col: Expr, op: str, lit: pa.Scalar) -> Expr:
-    return {"<": col < lit, "<=": col <= lit, ">": col > lit, ">=": col >= lit}[op]
-
-
-def _starts_period(v: Any, depth: int) -> bool:
-    """Is ``v`` the first instant of its (year, month, day, hour)[:depth] period?"""
-    if isinstance(v, dt.datetime):
-        v = v.astimezone(dt.UTC) if v.tzinfo is not None else v
-        parts = [v.month == 1, v.day == 1, v.hour == 0, (v.minute, v.second, v.microsecond) == (0, 0, 0)]
-    elif isinstance(v, dt.date):
-        parts = [v.month == 1, v.day == 1, True, True]
-    else:
-        return False
-    return all(parts[depth - 1 :])
-
-
-def _balanced(parts: Sequence[Expr], join: Any) -> Expr:
-    """Parts joined as a balanced tree: a long left-deep chain overflows Arrow's stack."""
-    level = list(parts)
-    while len(level) > 1:
-        paired = [join(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        level = paired + level[len(paired) * 2 :]
-    return level[0]
-
-
-def _and(parts: Sequence[Expr]) -> Expr:
-    return _balanced(parts, lambda a, b: a & b)
-
-
-def _or(parts: Sequence[Expr]) -> Expr:
-    return _balanced(parts, lambda a, b: a | b)
 
 
 def partition_condition(f: Filter, spec: PartitionSpec, schema: NamespaceSchema) -> Expr | None:

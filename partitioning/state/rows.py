@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import translate_lance_errors
-from partitioning.storage.datasets import fragment_state
+from partitioning.storage.alignment import fragment_state
 from partitioning.storage.manifest import ROW_ADDRESS, ManifestStore
 
 __all__ = ["ReadRows", "read_rows"]

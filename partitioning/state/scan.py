@@ -13,7 +13,8 @@ from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.sql.filters import Filter, TrueFilter, to_sql
 from partitioning.state.pruning import partition_condition
-from partitioning.storage.manifest import partition_column, table_uri
+from partitioning.storage.manifest import partition_column
+from partitioning.storage.paths import table_uri
 
 __all__ = ["ScanPlan", "ScanTask", "plan_tables", "table_rows_by_spec"]
 
@@ -106,7 +107,7 @@ def plan_tables(
     (:attr:`partitioning.state.namespace_state.NamespaceState.table_rows`); otherwise it is computed here.
     Pruning is one Arrow filter per spec version over those columns; Python objects are
     built only for the rows kept. Every kept row's ``location`` is checked
-    (:func:`partitioning.storage.manifest.check_location`) before it becomes a task; rows pruned
+    (:func:`partitioning.storage.paths.check_location`) before it becomes a task; rows pruned
     away are never followed, so they are not.
     """
     if residual is None and not isinstance(f, TrueFilter):

@@ -56,7 +56,8 @@ from partitioning.errors import (
     translate_lance_errors,
 )
 from partitioning.storage.history import Operation
-from partitioning.storage.manifest import ROW_ADDRESS, ManifestStore, contained, join_uri
+from partitioning.storage.manifest import ROW_ADDRESS, ManifestStore
+from partitioning.storage.paths import contained, join_uri
 from partitioning.storage.roots import filesystem_of, normalize_storage_options
 
 __all__ = [

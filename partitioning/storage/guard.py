@@ -42,17 +42,9 @@ import pyarrow.fs as pafs
 from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, PartitioningError, first_line
-from partitioning.storage.leases import (
-    HEARTBEAT_INTERVAL,
-    LEASE_TTL,
-    VACUUM,
-    Lease,
-    LeaseRef,
-    _Heartbeat,
-    held_lease,
-    list_leases,
-)
-from partitioning.storage.manifest import filesystem_of
+from partitioning.storage.lease_files import LEASE_TTL, VACUUM, Lease, list_leases
+from partitioning.storage.leases import HEARTBEAT_INTERVAL, LeaseRef, _Heartbeat, held_lease
+from partitioning.storage.roots import filesystem_of
 
 __all__ = ["SETTLE_TIMEOUT", "Guard", "Reference", "ReferenceGone", "guarded", "missing_references"]
 
@@ -61,7 +53,7 @@ R = TypeVar("R")
 
 SETTLE_TIMEOUT = LEASE_TTL
 """How long a commit waits for a vacuum that may not have seen its lease (a vacuum that
-died stops heart-beating, and its lease lapses within :data:`partitioning.storage.leases.LEASE_TTL`)."""
+died stops heart-beating, and its lease lapses within :data:`partitioning.storage.lease_files.LEASE_TTL`)."""
 _POLL = 0.05
 _POLL_MAX = 1.0
 PARALLEL_CHECKS = 16

@@ -7,20 +7,21 @@ file's first modification time), its latest heartbeat, and its *bases*: the
 keeps while the lease lives (a restore's base is the version it restores). While the write runs, a
 background thread rewrites the heartbeat every :data:`HEARTBEAT_INTERVAL`; when the
 write ends, committed or failed, the file is deleted. A lease whose last heartbeat is
-older than :data:`LEASE_TTL` belongs to a write that crashed: vacuum ignores it and
-deletes it.
+older than :data:`partitioning.storage.lease_files.LEASE_TTL` belongs to a write that
+crashed: vacuum ignores it and deletes it.
 
-The rule vacuum follows (see :func:`protected_since`): with ``start`` the earliest start
-of any live lease, it deletes no file modified at or after ``start`` and cleans up no
-dataset version committed at or after ``start``. A write's files and dataset versions
-are all made after its lease was stored, so none of them can go while its lease lives.
-A write whose lease is stored after vacuum listed the leases started after vacuum's
-``now``, so its files are newer than ``now - retain`` and vacuum keeps them anyway.
-If a lease lapses (a write stalled past :data:`LEASE_TTL`), the write's commit still
+The rule vacuum follows (see :func:`partitioning.storage.lease_files.protected_since`): with
+``start`` the earliest start of any live lease, it deletes no file modified at or after
+``start`` and cleans up no dataset version committed at or after ``start``. A write's files
+and dataset versions are all made after its lease was stored, so none of them can go while
+its lease lives. A write whose lease is stored after vacuum listed the leases started after
+vacuum's ``now``, so its files are newer than ``now - retain`` and vacuum keeps them anyway.
+If a lease lapses (a write stalled past ``LEASE_TTL``), the write's commit still
 checks that every data file it references exists and commits nothing otherwise.
 
-Vacuum holds a lease too (``kind`` ``"vacuum"``) while it deletes; it protects nothing,
-but tells an operation whose lease vacuum may not have seen to wait before committing
+Vacuum reads the leases back with :mod:`partitioning.storage.lease_files`. It holds a lease
+too (``kind`` ``"vacuum"``) while it deletes; it protects nothing, but tells an operation
+whose lease vacuum may not have seen to wait before committing
 (:mod:`partitioning.storage.guard`, the one protected path of every commit).
 """
 
@@ -35,65 +36,35 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeAlias
 
 import pyarrow.fs as pafs
 
 from partitioning.errors import PartitioningError
-from partitioning.storage.manifest import contained, filesystem_of, join_uri
-from partitioning.storage.roots import resolve_root
-
-Options: TypeAlias = Mapping[str, str] | None
+from partitioning.storage.lease_files import (
+    _ENDED,
+    _SUFFIX,
+    LEASE_DIR,
+    VACUUM,
+    WRITE,
+    Options,
+    _utc,
+)
+from partitioning.storage.paths import contained, join_uri
+from partitioning.storage.roots import filesystem_of, resolve_root
 
 __all__ = [
     "HEARTBEAT_INTERVAL",
-    "LEASE_DIR",
-    "LEASE_TTL",
-    "VACUUM",
-    "WRITE",
-    "Lease",
     "LeaseRef",
-    "ended_marks",
     "held_lease",
     "keep_alive",
-    "list_leases",
-    "protected_bases",
-    "protected_since",
     "release_lease",
     "take_lease",
     "vacuum_lease",
     "write_lease",
 ]
 
-LEASE_DIR = "_writes"
 HEARTBEAT_INTERVAL = dt.timedelta(seconds=30)
-LEASE_TTL = dt.timedelta(minutes=10)
-_SUFFIX = ".json"
-_ENDED = ".ended"  # "<lease>.json.ended": the write ended; a task's late refresh must not revive it
-WRITE = "write"
-VACUUM = "vacuum"
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One write's lease as vacuum reads it. ``start`` is the earlier of the writer's clock
-    and the storage's clock at its creation; ``seen`` the later of its heartbeat and mtime."""
-
-    uri: str
-    start: dt.datetime
-    seen: dt.datetime
-    write_id: str | None = None
-    kind: str = WRITE
-    bases: tuple[int, ...] = ()  # __manifest versions the holder builds on; vacuum keeps what they reference
-    stored: dt.datetime | None = None  # the storage's clock when the lease file was first stored
-
-    def live(self, now: dt.datetime) -> bool:
-        return now - self.seen < LEASE_TTL
-
-
-def _utc(t: dt.datetime) -> dt.datetime:
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
 
 
 def _write_json(fs: pafs.FileSystem, path: str, body: Mapping[str, object]) -> None:
@@ -335,7 +306,7 @@ def release_lease(ref: LeaseRef | None) -> None:
     """Remove a stored lease (the write committed or failed). Its tasks may still run (Spark
     aborts a write without waiting for killed tasks), so the end is marked first: a task's
     refresh that races the removal finds the mark and removes the lease again. Vacuum
-    deletes marks older than :data:`LEASE_TTL`."""
+    deletes marks older than :data:`partitioning.storage.lease_files.LEASE_TTL`."""
     if ref is None:
         return
     beat = _Heartbeat("", ref.write_id, HEARTBEAT_INTERVAL, ref)
@@ -346,74 +317,3 @@ def release_lease(ref: LeaseRef | None) -> None:
     except (OSError, PartitioningError) as exc:
         _log.warning("could not mark the end of the write lease %s: %s", ref.uri, exc)
     beat.remove()
-
-
-def ended_marks(root: str, now: dt.datetime, storage_options: Options = None) -> list[str]:
-    """The end marks :func:`release_lease` left that are older than :data:`LEASE_TTL`: no
-    task of their write can still refresh, so vacuum deletes them."""
-    root = resolve_root(root)
-    fs, path = filesystem_of(join_uri(root, LEASE_DIR), storage_options)
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    except FileNotFoundError:
-        return []
-    return [
-        join_uri(join_uri(root, LEASE_DIR), info.base_name)
-        for info in infos
-        if info.type == pafs.FileType.File
-        and info.base_name.endswith(_SUFFIX + _ENDED)
-        and info.mtime is not None
-        and now - _utc(info.mtime) >= LEASE_TTL
-    ]
-
-
-def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:
-    """A lease from its file; an unreadable one (a write half done) protects everything."""
-    try:
-        body = json.loads(raw)
-        started = _utc(dt.datetime.fromisoformat(body["started"]))
-        heartbeat = _utc(dt.datetime.fromisoformat(body["heartbeat"]))
-        first = _utc(dt.datetime.fromisoformat(body["stored"])) if body.get("stored") else None
-        stored = first or started
-        write_id = body.get("write_id")
-        kind = body.get("kind", WRITE)
-        bases = tuple(int(v) for v in body.get("bases", ()))
-        if kind not in (WRITE, VACUUM):
-            raise ValueError(kind)
-    except (ValueError, KeyError, TypeError):
-        return Lease(uri, dt.datetime.min.replace(tzinfo=dt.UTC), mtime)
-    name = write_id if isinstance(write_id, str) else None
-    return Lease(uri, min(started, stored), max(heartbeat, mtime), name, kind, bases, first)
-
-
-def list_leases(root: str, storage_options: Options = None) -> list[Lease]:
-    """Every lease under ``root``, live or expired (see :meth:`Lease.live`)."""
-    root = resolve_root(root)
-    fs, path = filesystem_of(join_uri(root, LEASE_DIR), storage_options)
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    except FileNotFoundError:
-        return []
-    out = []
-    for info in infos:
-        if info.type != pafs.FileType.File or not info.base_name.endswith(_SUFFIX) or info.base_name.startswith("."):
-            continue
-        mtime = _utc(info.mtime) if info.mtime is not None else dt.datetime.now(dt.UTC)
-        try:
-            with fs.open_input_stream(info.path) as stream:
-                raw = stream.read()
-        except FileNotFoundError:
-            continue  # the write ended while we listed
-        out.append(_parse(join_uri(join_uri(root, LEASE_DIR), info.base_name), raw, mtime))
-    return out
-
-
-def protected_since(leases: list[Lease], now: dt.datetime) -> dt.datetime | None:
-    """The earliest start of a live write lease: vacuum keeps every file and dataset version from then on."""
-    starts = [lease.start for lease in leases if lease.live(now) and lease.kind != VACUUM]
-    return min(starts) if starts else None
-
-
-def protected_bases(leases: list[Lease], now: dt.datetime) -> set[int]:
-    """The ``__manifest`` versions live write leases build on: vacuum keeps what they reference."""
-    return {v for lease in leases if lease.live(now) and lease.kind != VACUUM for v in lease.bases}

@@ -21,6 +21,7 @@ from partitioning.errors import InvalidInput
 __all__ = [
     "BOUNDED_TABLE_DIR_RE",
     "MAX_NAME_BYTES",
+    "MODEL_DIR",
     "TABLE_DIR_RE",
     "TABLE_NAME",
     "LocationPlanner",
@@ -36,6 +37,7 @@ __all__ = [
 _NAME_ALPHABET = string.ascii_lowercase + string.digits
 PartitionKey = tuple[Any, ...]
 TABLE_NAME = "dataset"
+MODEL_DIR = "_index_models"  # shared vector models (partitioning.search.index_model); vacuum keeps it
 MAX_NAME_BYTES = 255
 BOUNDED_TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v\d+_[a-z0-9]{16}$")
 # any partition table directory name the spec's naming gives (bounded or readable)

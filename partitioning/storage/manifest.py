@@ -8,13 +8,7 @@ table metadata, and writes rows with ``merge_insert`` on ``object_id``.
 
 from __future__ import annotations
 
-import os
-import posixpath
-import re
-import unicodedata
-import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import lance
 import pyarrow as pa
@@ -30,6 +24,7 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
+from partitioning.storage.paths import join_uri
 from partitioning.storage.roots import (
     filesystem_of,
     normalize_storage_options,
@@ -40,18 +35,7 @@ from partitioning.storage.roots import (
 )
 from partitioning.storage.staged import applied_tokens, effective_properties, properties_of, staged_key, staged_tokens
 
-__all__ = [
-    "MANIFEST_DIR",
-    "ManifestStore",
-    "check_location",
-    "contained",
-    "filesystem_of",
-    "join_uri",
-    "location_problem",
-    "manifest_schema",
-    "partition_column",
-    "table_uri",
-]
+__all__ = ["MANIFEST_DIR", "ManifestStore", "manifest_schema", "partition_column"]
 
 MANIFEST_DIR = "__manifest"
 # creating a namespace takes two commits: its rows (version 1), then its spec and schema
@@ -78,127 +62,6 @@ VERSION_FIELDS = (
     pa.field("read_branch", pa.string()),
     pa.field("read_tag", pa.string()),
 )
-
-
-def join_uri(root: str, name: str) -> str:
-    """``root/name`` for local paths and object-store URIs alike."""
-    return f"{root.rstrip('/')}/{name}"
-
-
-# -- where a table may live -----------------------------------------------------------------------
-MAX_SEGMENT_BYTES = 255
-_PLAIN_RE = re.compile(r"[0-9a-f]{8}_(?P<rest>.+)", re.DOTALL)
-_BOUNDED_RE = re.compile(r"[0-9a-f]{8}_(?P<spec>v\d+)_[a-z0-9]{16}")
-_SAFE_RE = re.compile(r"[0-9a-f]{8}_[A-Za-z0-9$_.=+-]+")
-_UNSAFE_CHARS = frozenset('/\\:%?#*"<>|')
-
-
-def _shown(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 4] + "...'"
-
-
-def _segment_problem(name: str) -> str | None:
-    """Why ``name`` is not one plain path segment on local disks and object stores alike."""
-    if name in ("", ".", ".."):
-        return "it is not a directory name"
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES:
-        return f"it is longer than {MAX_SEGMENT_BYTES} bytes"
-    for ch in name:
-        if ch in _UNSAFE_CHARS:
-            return f"it contains {ch!r}"
-        if unicodedata.category(ch)[0] in "CZ":
-            return f"it contains the character {ch!r}"
-    return None
-
-
-def location_problem(object_id: Any, location: Any) -> str | None:
-    """Why ``location`` may not be the directory of the table ``object_id``; None if it may.
-
-    A table's directory is ONE path segment directly under the root, named as
-    :func:`partitioning.namespace.table_directory` names it: ``<8 lowercase hex>_<object_id>``,
-    or, only when that would be longer than :data:`MAX_SEGMENT_BYTES`, the bounded
-    ``<8 hex>_v<N>_<16 [a-z0-9]>`` with the object id's own spec version ``v<N>``. So
-    ``..``, ``.``, ``__manifest``, anything with ``/``, ``\\``, NUL, control or blank
-    characters, URIs, absolute paths and another table's directory are refused.
-    """
-    if not isinstance(object_id, str) or not object_id:
-        return "the row has no object id"
-    if not isinstance(location, str):
-        return "the row has no location"
-    if _SAFE_RE.fullmatch(location) is None or len(location) > MAX_SEGMENT_BYTES:
-        problem = _segment_problem(location)
-        if problem is not None:
-            return problem
-    plain = _PLAIN_RE.fullmatch(location)
-    if plain is None:
-        return "it is not of the form <8 lowercase hex>_<object_id>"
-    if plain.group("rest") == object_id:
-        return None
-    bounded = _BOUNDED_RE.fullmatch(location)
-    if bounded is not None:
-        if len(f"00000000_{object_id}".encode("utf-8", "surrogatepass")) <= MAX_SEGMENT_BYTES:
-            return "it is a bounded name, but the object id is short enough to be its own directory name"
-        if object_id.split("$", 1)[0] != bounded.group("spec"):
-            return f"it is a directory of spec {bounded.group('spec')}, not of {object_id.split('$', 1)[0]}"
-        return None
-    return f"it is the directory of object {_shown(plain.group('rest'))}, not of this row's"
-
-
-def check_location(object_id: Any, location: Any) -> str:
-    """``location`` if it may be the directory of table ``object_id`` (:func:`location_problem`);
-    otherwise one line naming both (:class:`CorruptNamespace`). Nothing is followed before this."""
-    problem = location_problem(object_id, location)
-    if problem is None:
-        return str(location)
-    raise CorruptNamespace(
-        f"__manifest table row {_shown(object_id)} has location {_shown(location)}, which is not one directory "
-        f"under the root ({problem}); refusing to use it. Remove the row with "
-        f"PartitionedNamespace.remove_tables([{_shown(object_id)}]) or restore a correct location"
-    )
-
-
-def table_uri(root: str, object_id: Any, location: Any) -> str:
-    """The URI of table ``object_id`` under ``root``, after :func:`check_location`."""
-    return join_uri(root, check_location(object_id, location))
-
-
-def _split_uri(uri: str) -> tuple[str, str]:
-    """``(scheme://authority, path)`` of an object-store URI, ``("", absolute real path)`` of a local one."""
-    if uri.startswith("file://"):
-        uri = urllib.parse.unquote(urllib.parse.urlsplit(uri).path)
-    if "://" not in uri:
-        return "", os.path.realpath(uri)
-    scheme, rest = uri.split("://", 1)
-    authority, _, path = rest.partition("/")
-    return f"{scheme.lower()}://{authority}", path
-
-
-def contained(root: str, target: str) -> str:
-    """``target`` if it lies strictly inside ``root``, else :class:`PartitioningError` naming both.
-
-    Local paths are compared after resolving symlinks and ``..``; object-store URIs by
-    scheme, bucket and key prefix, and a key with an empty, ``.`` or ``..`` segment, a
-    backslash or a control character is refused rather than normalised. Every delete
-    checks its target with this first.
-    """
-    root_base, root_path = _split_uri(root)
-    base, path = _split_uri(target.rstrip("/") if "://" in target else target)
-    if root_base == "" and base == "":
-        inside = path != root_path and os.path.commonpath([root_path, path]) == root_path
-    else:
-        prefix = root_path.rstrip("/")
-        rest = path[len(prefix) :] if path.startswith(prefix) else ""
-        segments = rest.split("/")[1:] if rest.startswith("/") else []
-        inside = (
-            base == root_base
-            and bool(segments)
-            and all(_segment_problem(s) is None for s in segments)
-            and posixpath.normpath(path) == path
-        )
-    if not inside:
-        raise PartitioningError(f"refusing to touch {_shown(target)}: it is not inside the namespace root {root!r}")
-    return target
 
 
 def partition_column(field_id: str) -> str:

@@ -10,7 +10,7 @@ Three kinds, none of them visible to readers that honour ``__manifest``:
   references (fragments written by a task whose job never committed them).
 
 Only ``__manifest`` locations that are one table directory under the root are
-followed (:func:`partitioning.storage.manifest.location_problem`).
+followed (:func:`partitioning.storage.paths.location_problem`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ import pyarrow.fs as pafs
 from lance import LanceOperation
 
 from partitioning.errors import PartitioningError, translate_lance_errors
-from partitioning.search.index_model import MODEL_DIR
-from partitioning.storage.datasets import _ours
-from partitioning.storage.locations import TABLE_DIR_RE
-from partitioning.storage.manifest import MANIFEST_DIR, contained, filesystem_of, join_uri, location_problem
+from partitioning.storage.alignment import _ours
+from partitioning.storage.locations import MODEL_DIR, TABLE_DIR_RE
+from partitioning.storage.manifest import MANIFEST_DIR
+from partitioning.storage.paths import contained, join_uri, location_problem
+from partitioning.storage.roots import filesystem_of
 
 OrphanKind = Literal["table_dir", "version", "data_file"]
 DATA_FILE_SUFFIX = ".lance"
@@ -154,8 +155,9 @@ def _transaction(ds: lance.LanceDataset, version: int) -> Any:
 
 def _step(version: int, txn: Any, previous: str | None) -> str | None:
     """What an unmarked commit is, if it is one Lance's own APIs make for this project, committed
-    directly on the version before it: ``align`` (schema alignment, :func:`partitioning.storage.datasets.align_schema`),
-    ``delete`` (``delete_rows``), ``reserve`` then ``rewrite`` (compaction's ``Compaction.commit``)."""
+    directly on the version before it: ``align`` (schema alignment,
+    :func:`partitioning.storage.alignment.align_schema`), ``delete`` (``delete_rows``), ``reserve``
+    then ``rewrite`` (compaction's ``Compaction.commit``)."""
     if txn is None:
         return "rewrite" if previous == "reserve" else None
     op = txn.operation
@@ -173,7 +175,7 @@ def _step(version: int, txn: Any, previous: str | None) -> str | None:
 def made_here(ds: lance.LanceDataset, after: int, recorded: Iterable[int | None] = ()) -> set[int]:
     """The versions of ``ds`` newer than ``after`` (a version of ours) that this project committed.
 
-    A version is ours when its transaction carries :data:`partitioning.storage.datasets.COMMIT_MESSAGE`
+    A version is ours when its transaction carries :data:`partitioning.storage.alignment.COMMIT_MESSAGE`
     (every ``LanceDataset.commit`` of the project, restores included) or a ``__manifest``
     version records it (``recorded``). Lance's own schema changes, ``delete`` and compaction
     commit take no message; an unmarked run of those, each committed directly on the version

@@ -8,7 +8,7 @@ there: a commit after the creation, or a live lease of another write.
 
 :func:`purge_namespace` deletes the Lance-written entries of a root (``__manifest``, the
 partition datasets, the leases); the root directory itself stays. Every deletion is checked
-to lie strictly inside the root (:func:`partitioning.storage.manifest.contained`); entries not
+to lie strictly inside the root (:func:`partitioning.storage.paths.contained`); entries not
 written by Lance stay.
 """
 
@@ -21,10 +21,12 @@ from collections.abc import Mapping
 import pyarrow.fs as pafs
 
 from partitioning.errors import PartitioningError
-from partitioning.storage.leases import LEASE_DIR, list_leases
+from partitioning.storage.lease_files import LEASE_DIR, list_leases
 from partitioning.storage.locations import TABLE_DIR_RE
-from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore, contained, filesystem_of, join_uri
+from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore
 from partitioning.storage.orphans import delete_files, remove_empty_dirs, table_files
+from partitioning.storage.paths import contained, join_uri
+from partitioning.storage.roots import filesystem_of
 
 __all__ = ["discard_unborn", "purge_namespace", "remove_leases", "table_dirs"]
 

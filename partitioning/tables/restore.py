@@ -44,8 +44,10 @@ import pyarrow as pa
 
 from partitioning.errors import ConcurrentModification, InvalidInput, PartitioningError
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.state.commits import WRITE_IDS_PROPERTY, commit_metadata, merge_manifest_rows
-from partitioning.state.namespace_state import NamespaceState, read_state
+from partitioning.state.commit_rows import WRITE_IDS_PROPERTY
+from partitioning.state.commits import commit_metadata, merge_manifest_rows
+from partitioning.state.loading import read_state
+from partitioning.state.namespace_state import NamespaceState
 from partitioning.storage.guard import Reference, ReferenceGone, guarded, missing_references
 from partitioning.storage.history import Operation, version_at
 from partitioning.storage.manifest import SCHEMA_KEY, ManifestStore

@@ -2,7 +2,7 @@
 
 An operation reads some partition tables at the manifest's versions (its *read set*),
 decides which rows go (Lance row addresses) and writes the rows that come in as new
-fragments (:class:`partitioning.tables.write.FragmentWriter`, like any write). Then
+fragments (:class:`partitioning.tables.fragments.FragmentWriter`, like any write). Then
 :func:`commit_rewrite` commits, per touched table, ONE dataset version holding the
 recorded version's fragments with deletion vectors for the rows that go, plus the new
 fragments, and makes ONE ``__manifest`` commit for all of them.
@@ -33,31 +33,16 @@ from lance.fragment import FragmentMetadata
 from partitioning.errors import ConcurrentModification, InvalidInput, translate_lance_errors
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.spec.transforms import canonical_float
+from partitioning.spec.values import canonical_float
 from partitioning.sql.filters import Dialect, Filter
-from partitioning.storage.datasets import (
-    COMMIT_MESSAGE,
-    DEFAULT_COMMIT_ATTEMPTS,
-    align_schema,
-    commit_version,
-    is_aligned,
-    latest_keeping_indexes,
-    renumber,
-)
+from partitioning.storage.alignment import COMMIT_MESSAGE, align_schema, is_aligned, latest_keeping_indexes, renumber
+from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS, commit_version
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation
 from partitioning.storage.intents import Intent
-from partitioning.storage.manifest import table_uri
-from partitioning.tables.write import (
-    PARALLEL_COMMITS,
-    CommitResult,
-    Pending,
-    already_committed,
-    check_files,
-    check_rejected,
-    group_messages,
-    place_pending,
-)
+from partitioning.storage.paths import table_uri
+from partitioning.tables.messages import Pending, check_files, check_rejected, group_messages, place_pending
+from partitioning.tables.write import PARALLEL_COMMITS, CommitResult, already_committed
 
 __all__ = ["ReadSet", "ReadSetChanged", "RewriteResult", "commit_rewrite", "delete_and_append"]
 
@@ -155,7 +140,7 @@ def delete_and_append(
 
     Like :func:`partitioning.storage.datasets.commit_version`, the version never depends on versions
     committed after ``base``. Indexes other clients built since are first carried over
-    onto ``base``'s content when still valid (:func:`partitioning.storage.datasets.latest_keeping_indexes`);
+    onto ``base``'s content when still valid (:func:`partitioning.storage.alignment.latest_keeping_indexes`);
     the Lance ``Update`` on top keeps them (deleted rows are masked, new fragments are
     unindexed). Returns the version.
     """

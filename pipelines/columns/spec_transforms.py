@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from partitioning.errors import SpecError
-from partitioning.spec.partition_spec import PartitionSpec, spec_of_parts
+from partitioning.spec.partition_by import spec_of_parts
+from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import (
     BucketTransform,

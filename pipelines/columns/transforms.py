@@ -74,7 +74,7 @@ def identity(col: Column, source_type: T.DataType | None = None) -> Column:
     """The value unchanged, except floats: -0.0 becomes 0.0 and every NaN the canonical NaN.
 
     Spark compares -0.0 = 0.0 and NaN = NaN, so each must be one partition value; this
-    matches :func:`partitioning.spec.transforms.canonical_floats` bit for bit.
+    matches :func:`partitioning.spec.values.canonical_floats` bit for bit.
     """
     if isinstance(source_type, T.FloatType | T.DoubleType):
         return (

@@ -28,15 +28,16 @@ from partitioning.errors import InvalidInput, NamespaceAlreadyExists, NamespaceN
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.identity_match import identity_everywhere
 from partitioning.storage.history import version_at
-from partitioning.storage.leases import LEASE_DIR
-from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore, filesystem_of, join_uri
+from partitioning.storage.lease_files import LEASE_DIR
+from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore
 from partitioning.storage.orphans import delete_files, remove_empty_dirs, table_files
-from partitioning.storage.roots import resolve_root
+from partitioning.storage.paths import join_uri
+from partitioning.storage.roots import filesystem_of, resolve_root
 from partitioning.storage.unborn import purge_namespace, table_dirs
 from pipelines.columns.schema import namespace_schema_from_spark
 from pipelines.columns.spec_transforms import describe_partitioning, partition_spec
 from pipelines.jvm.alter import alter_table
-from pipelines.session import is_relative_path
+from pipelines.shared_roots import is_relative_path
 
 __all__ = ["call_catalog", "table_root"]
 
@@ -113,7 +114,7 @@ def describe(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     the identity partition columns every spec with tables shares, and a cheap column."""
     root = _root(args)
     if "root" in args:
-        from pipelines.session import check_source_root
+        from pipelines.shared_roots import check_source_root
 
         master = args.get("master")
         check_source_root(str(args["root"]), str(master) if master else None, bool(args.get("connect")))

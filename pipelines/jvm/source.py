@@ -35,16 +35,18 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceWriter
 from pyspark.sql.types import NullType, StructField, StructType
 
 from partitioning.errors import InvalidInput, first_line
-from partitioning.namespace import PartitionedNamespace, open_partition_table
+from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.identity_match import matching_tables
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, Filter, TrueFilter, conjunction, is_exactly_understood
 from partitioning.sql.predicates import predicates_from_json
+from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanPlan
 from partitioning.storage.roots import storage_options_from
 from pipelines.read.datasource import LancePartitionedDataSource, _lower, _one_line
 from pipelines.read.local import local_table
-from pipelines.read.reader import LancePartitionedReader, TableSlice
+from pipelines.read.reader import LancePartitionedReader
+from pipelines.read.slices import TableSlice
 
 __all__ = ["BRIDGE_NAME", "BridgeSource", "answer", "exact_count"]
 

@@ -38,10 +38,12 @@ from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
 from partitioning.storage.leases import keep_alive, release_lease, take_lease
 from partitioning.storage.roots import storage_options_from
+from partitioning.tables.fragments import FragmentWriter, add_partition_columns
+from partitioning.tables.messages import part_column
 from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_table, commit_rewrite
-from partitioning.tables.write import FragmentWriter, add_partition_columns, commit_write, conform_table, part_column
+from partitioning.tables.write import commit_write, conform_table
 from pipelines.jvm.drop import drop_matching
-from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.write.source_writer import LancePartitionedWriter, _reported
 
 __all__ = ["bridge_writer"]
@@ -60,7 +62,7 @@ def _plain(options: Mapping[str, str]) -> dict[str, str]:
 def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwrite: bool) -> DataSourceWriter:
     lowered = {k.lower(): v for k, v in options.items()}
     if lowered.get("path"):
-        from pipelines.session import check_source_root
+        from pipelines.shared_roots import check_source_root
 
         check_source_root(lowered["path"], lowered.get("lp.master"), lowered.get("lp.connect") == "true")
     if mode in ("append", "overwrite", "dynamic"):
@@ -197,11 +199,7 @@ class ReplaceWriter(LancePartitionedWriter):
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with _reported(f"commit the overwrite of {self.root}"):
-            from pipelines.write.source_writer import _Messages
-
-            ours = [m for m in messages if isinstance(m, _Messages)]
-            tables = [pa.ipc.open_stream(m.ipc).read_all() for m in ours]
-            combined = pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
+            _, combined = self.fragments(messages)
             ns = PartitionedNamespace.load(self.root, self.storage_options)
             condition = bind(predicates_from_json(self.condition_json), ns.namespace_schema.arrow, _DIALECT)
             self._check_rows(ns, combined, condition)

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from partitioning.storage.history import history_table
 from partitioning.tables.restore import RestoreResult
 from partitioning.tables.restore import restore as restore_namespace
-from pipelines.session import driver_root
+from pipelines.shared_roots import driver_root
 
 __all__ = ["HISTORY_SPARK_SCHEMA", "history", "restore"]
 

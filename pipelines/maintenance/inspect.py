@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from partitioning.plan import inspect as core
 from pipelines.columns.schema import spark_schema
 from pipelines.read_options import session_dialect
-from pipelines.session import driver_root
+from pipelines.shared_roots import driver_root
 
 __all__ = ["files_table", "partitions_table"]
 

@@ -26,23 +26,23 @@ from partitioning.sql.filters import Filter
 from partitioning.state.scan import ScanTask
 from partitioning.storage.guard import guarded
 from partitioning.storage.roots import storage_option_pairs
-from partitioning.tables.maintenance import (
+from partitioning.tables.compaction import (
     DEFAULT_TARGET_ROWS,
     CompactionResult,
     CompactionTask,
-    MaintenanceReport,
     commit_compaction,
     compact_local,
-    optimize_manifest,
     plan_compaction,
     rewrite_all,
-    vacuum,
 )
-from partitioning.tables.maintenance import delete_rows as delete_rows_local
-from partitioning.tables.maintenance import drop_partitions as drop_partitions_local
-from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from partitioning.tables.deletes import delete_rows as delete_rows_local
+from partitioning.tables.deletes import drop_partitions as drop_partitions_local
+from partitioning.tables.maintenance import MaintenanceReport, optimize_manifest
+from partitioning.tables.vacuum import vacuum
+from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.read_options import dialect_options, session_dialect
-from pipelines.session import describe_jobs, driver_root
+from pipelines.session_calls import describe_jobs
+from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
 from pipelines.write.small import small_target
@@ -54,7 +54,7 @@ _INDEX = "__lance_partitioned_row"
 
 
 def _root(session: SparkSession | None, root: str | PartitionedNamespace) -> str | PartitionedNamespace:
-    """A root string checked against the session's master (:func:`pipelines.session.driver_root`)."""
+    """A root string checked against the session's master (:func:`pipelines.shared_roots.driver_root`)."""
     return driver_root(session, root) if session is not None and isinstance(root, str) else root
 
 

@@ -23,15 +23,17 @@ from pyspark.sql import DataFrame, SparkSession
 from partitioning.errors import InvalidInput, SchemaError, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.sql.binding import bind
-from partitioning.sql.filters import Filter, TrueFilter, parse_filter, referenced_columns
+from partitioning.sql.filters import Filter, TrueFilter
+from partitioning.sql.from_sql import parse_filter, referenced_columns
 from partitioning.state.scan import ScanPlan
 from partitioning.storage.history import version_at
 from partitioning.storage.roots import storage_option_pairs
 from pipelines.read.datasource import register_data_source
 from pipelines.read.local import local_dataframe
-from pipelines.read.reader import LanceInputPartition, LancePartitionedReader, TableSlice, read_table
+from pipelines.read.reader import LanceInputPartition, LancePartitionedReader
+from pipelines.read.slices import TableSlice, read_table
 from pipelines.read_options import dialect_options, read_schema, session_dialect
-from pipelines.session import driver_root
+from pipelines.shared_roots import driver_root
 
 __all__ = [
     "LanceInputPartition",

@@ -22,7 +22,7 @@ classic Spark, the server on Spark Connect (where the client's working directory
 unknown, so a missing namespace at a relative path says so; :func:`read_partitioned` and
 :func:`write_partitioned` resolve on the client). The source registered in a session
 knows the session's master and refuses a relative path on a cluster whose executors do
-not share the driver's files (:func:`pipelines.session.check_root_for_master`).
+not share the driver's files (:func:`pipelines.shared_roots.check_root_for_master`).
 
 A catalog table (``CREATE TABLE t USING lance_partitioned LOCATION '<root>'``): Spark
 4.3 passes its options only to the ``schema()`` call of ``CREATE TABLE``; the schema
@@ -57,9 +57,12 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.storage.history import version_at
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
-from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE, LancePartitionedReader, PerScanPushdownReader
+from pipelines.read.reader import LancePartitionedReader, PerScanPushdownReader
+from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.read_options import read_schema
-from pipelines.session import check_source_root, is_connect, is_relative_path, register_bound
+from pipelines.session import is_connect
+from pipelines.session_calls import register_bound
+from pipelines.shared_roots import check_source_root, is_relative_path
 from pipelines.spark_errors import hide_worker_traceback
 from pipelines.write.source_writer import LancePartitionedWriter, root_in_schema, with_root
 
@@ -102,7 +105,7 @@ def register_data_source(spark: SparkSession) -> None:
     pushdown, a catalog, SQL DML; ``java/lance_partitioned``), whose Python engine Spark
     registers by itself (``pyspark_lance_partitioned``): nothing to register. Without the
     jar it is this Python source, registered once per session, classic or Spark Connect,
-    bound to its master (:func:`pipelines.session.register_bound`)."""
+    bound to its master (:func:`pipelines.session_calls.register_bound`)."""
     jvm_layer(spark)
 
 
@@ -159,7 +162,7 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 class LancePartitionedDataSource(DataSource):
     reader_class: type[LancePartitionedReader] = LancePartitionedReader
-    # Set by register_data_source (pipelines.session.session_bound).
+    # Set by register_data_source (pipelines.session_calls.session_bound).
     session_master: ClassVar[str | None] = None
     session_connect: ClassVar[bool] = False
 

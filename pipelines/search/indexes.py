@@ -40,7 +40,8 @@ from partitioning.spec.vectors import vector_dimension
 from partitioning.sql.filters import Filter
 from partitioning.storage.guard import guarded
 from pipelines.read_options import session_dialect
-from pipelines.session import describe_jobs, driver_root
+from pipelines.session_calls import describe_jobs
+from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
 

@@ -39,7 +39,7 @@ from partitioning.search.nearest import DISTANCE, SearchPlan, merge_top_k, plan_
 from partitioning.spec.vectors import spark_facing_type
 from partitioning.state.scan import ScanTask
 from pipelines.read_options import session_dialect
-from pipelines.session import driver_root
+from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import hide_worker_traceback, translate_spark_error
 
 __all__ = ["DRIVER_MAX_PARTITIONS", "MAX_SEARCH_TASKS", "knn_join", "search_partitioned", "to_spark_table"]

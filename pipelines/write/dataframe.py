@@ -19,21 +19,18 @@ from partitioning.errors import (
     SpecError,
 )
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.partition_spec import PartitionSpec, parse_partition_by
+from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.storage.datasets import check_namespace_root, check_new_root
 from partitioning.storage.guard import guarded
 from partitioning.storage.manifest import ManifestStore
+from partitioning.storage.paths import check_namespace_root, check_new_root
 from partitioning.storage.unborn import discard_unborn
-from partitioning.tables.write import (
-    DEFAULT_MAX_ROWS_PER_FILE,
-    WRITE_MODES,
-    CommitResult,
-    already_committed,
-    commit_write,
-)
+from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE
+from partitioning.tables.write import WRITE_MODES, CommitResult, already_committed, commit_write
 from pipelines.columns.schema import namespace_schema_from_spark
-from pipelines.session import describe_jobs, driver_root
+from pipelines.session_calls import describe_jobs
+from pipelines.shared_roots import driver_root
 from pipelines.write.fragments import merge_spark_schema, write_fragments
 
 __all__ = ["write_partitioned"]
@@ -141,7 +138,7 @@ def write_partitioned(
     by a background thread) from before the tasks run until the commit returns, so a
     concurrent vacuum keeps the fragments (:mod:`partitioning.storage.leases`). A relative ``root``
     is made absolute here, and refused on a cluster whose executors do not share this
-    machine's files (:func:`pipelines.session.driver_root`).
+    machine's files (:func:`pipelines.shared_roots.driver_root`).
 
     ``replace_where`` (with ``mode="overwrite"``, Delta's option): atomically replaces
     the rows matching the predicate (Spark SQL over the namespace's columns) with

@@ -21,15 +21,12 @@ from partitioning.errors import (
 )
 from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.schema import NamespaceSchema, check_widening
-from partitioning.tables.write import (
-    DEFAULT_MAX_ROWS_PER_FILE,
-    PART_PREFIX,
-    FragmentWriter,
-    part_column,
-)
+from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE, FragmentWriter
+from partitioning.tables.messages import PART_PREFIX, part_column
 from pipelines.columns.schema import is_ml_vector, spark_schema, spark_to_arrow_schema
 from pipelines.columns.transforms import select_partition_columns
-from pipelines.session import describe_jobs, is_connect
+from pipelines.session import is_connect
+from pipelines.session_calls import describe_jobs
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.write.small import small_rows
 

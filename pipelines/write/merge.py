@@ -32,15 +32,17 @@ from pyspark.sql import functions as F
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.spec.transforms import canonical_float
+from partitioning.spec.values import canonical_float
 from partitioning.storage.history import Operation
 from partitioning.tables.rewrites import ReadSet, RewriteResult
 from pipelines.columns.transforms import with_partition_columns
-from pipelines.read.reader import ROW_ADDRESS, ROW_TABLE
+from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.read_options import session_dialect
-from pipelines.session import driver_root
-from pipelines.write.rewrite import DEFAULT_ATTEMPTS, Round, addresses, commit_changes, rerun_on_conflict, target_rows
+from pipelines.shared_roots import driver_root
+from pipelines.write.rewrite import commit_changes
+from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.small import small_copy, small_target
+from pipelines.write.targets import addresses, target_rows
 
 __all__ = ["merge_partitioned"]
 

@@ -55,20 +55,15 @@ from pyspark.sql.types import StructField, StructType
 
 from partitioning.errors import InvalidInput, PartitioningError, SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.partition_spec import parse_partition_by
-from partitioning.storage.datasets import check_namespace_root, check_new_root
+from partitioning.spec.partition_by import parse_partition_by
 from partitioning.storage.guard import Guard
 from partitioning.storage.leases import keep_alive, release_lease, take_lease
 from partitioning.storage.manifest import ManifestStore
+from partitioning.storage.paths import check_namespace_root, check_new_root
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, storage_options_from
 from partitioning.storage.unborn import discard_unborn
-from partitioning.tables.write import (
-    DEFAULT_MAX_ROWS_PER_FILE,
-    FragmentWriter,
-    add_partition_columns,
-    commit_write,
-    conform_table,
-)
+from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE, FragmentWriter, add_partition_columns
+from partitioning.tables.write import commit_write, conform_table
 from pipelines.columns.schema import namespace_schema_from_spark
 from pipelines.spark_errors import hide_worker_traceback
 
@@ -321,11 +316,15 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         if self.created is not None:
             discard_unborn(self.root, self.created, self.storage_options, self.lease.uri if self.lease else None)
 
+    def fragments(self, messages: list[WriterCommitMessage | None]) -> tuple[list[_Messages], pa.Table]:
+        """This write's task messages and the fragments they wrote, as one table."""
+        ours = [m for m in messages if isinstance(m, _Messages)]
+        tables = [pa.ipc.open_stream(m.ipc).read_all() for m in ours]
+        return ours, pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
+
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with _reported(f"commit the write to {self.root}"):
-            ours = [m for m in messages if isinstance(m, _Messages)]
-            tables = [pa.ipc.open_stream(m.ipc).read_all() for m in ours]
-            combined = pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
+            ours, combined = self.fragments(messages)
             ns = PartitionedNamespace.load(self.root, self.storage_options)
             commit_write(
                 ns,

@@ -1,0 +1,219 @@
+"""Partition drops and row deletes, Spark-free: each ends in ONE ``__manifest`` commit.
+
+:func:`drop_partitions` removes whole partition tables whose identity partition values match
+a filter; :func:`delete_rows` deletes matching rows with Lance deletes in the pruned tables.
+Both take a matcher (Spark's where, from :mod:`pipelines.maintenance.operations`) or apply the
+filter as DataFusion SQL in this process. Removed data stays for time travel until vacuum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+
+from partitioning.errors import ConcurrentModification, CorruptNamespace, InvalidInput, translate_lance_errors
+from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
+from partitioning.sql.engine import matching_rows
+from partitioning.sql.filters import Dialect, TrueFilter
+from partitioning.sql.from_sql import parse_filter, referenced_columns
+from partitioning.state.scan import ScanTask
+from partitioning.storage.alignment import dataset_columns, reconcile
+from partitioning.storage.guard import Guard, guarded
+from partitioning.storage.history import Operation
+from partitioning.tables.maintenance import COMMIT_ATTEMPTS, MaintenanceReport, as_namespace, open_recorded
+from partitioning.tables.rewrites import PARALLEL_COMMITS, delete_and_append
+
+__all__ = ["delete_rows", "drop_partitions"]
+
+
+RowMatcher = Callable[[pa.Table, str], list[int]]
+"""Indexes of the rows of an Arrow table a SQL filter selects (DataFusion, or Spark's where)."""
+
+
+def _identity_columns(ns: PartitionedNamespace, spec_id: int) -> dict[str, str]:
+    """Column name -> identity partition field id, for one spec version."""
+    schema = ns.namespace_schema
+    out = {}
+    for f in ns.specs[spec_id].fields:
+        if f.transform is not None and str(f.transform) == "identity" and len(f.source_ids) == 1:
+            source = schema.top_level_field_by_id(f.source_ids[0])
+            if source is not None:
+                out[source.name] = f.field_id
+    return out
+
+
+def _datafusion(table: pa.Table, filter_sql: str) -> list[int]:
+    return matching_rows(table, filter_sql)
+
+
+def drop_partitions(
+    root: str | PartitionedNamespace,
+    filter: str,
+    *,
+    matcher: RowMatcher | None = None,
+    dialect: Dialect | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> MaintenanceReport:
+    """Remove whole partition tables whose identity partition values satisfy ``filter``.
+
+    The filter may use only identity partition columns, so a table is dropped only when
+    every row in it matches. It is applied to each table's partition values by
+    ``matcher`` (Spark's where, from :mod:`pipelines.maintenance.operations`) or, without one, by
+    DataFusion. ONE ``__manifest`` commit removes the tables and any namespace left
+    empty; their files remain for time travel until :func:`vacuum`.
+    """
+    started = time.monotonic()
+    ns = as_namespace(root, storage_options)
+    d = dialect or Dialect.datafusion()
+    parsed = parse_filter(filter, d, strict=False)
+    if isinstance(parsed, TrueFilter):
+        raise InvalidInput("drop_partitions needs a filter on identity partition columns, e.g. \"country = 'US'\"")
+    match = matcher or _datafusion
+    with guarded(ns.root, ns.storage_options) as guard:
+        return _drop(ns, filter, d, match, guard, started)
+
+
+def _drop(
+    ns: PartitionedNamespace, filter: str, d: Dialect, match: RowMatcher, guard: Guard, started: float
+) -> MaintenanceReport:
+    for _ in range(COMMIT_ATTEMPTS):
+        ns.refresh(guard=guard)
+        planned = [t.object_id for t in ns.plan_scan(filter, dialect=d)]
+        tables = ns.tables_by_id(planned)
+        candidates = [tables[oid] for oid in planned]
+        doomed: list[str] = []
+        for spec_id in sorted({t.spec_id for t in candidates}):
+            columns = _identity_columns(ns, spec_id)
+            names = ns.schema.names
+            outside = sorted(set(referenced_columns(filter, names, d.case_sensitive, d)) - set(columns))
+            if outside:
+                raise InvalidInput(
+                    f"drop_partitions: column {outside[0]!r} is not an identity partition column of spec "
+                    f"v{spec_id} (those are: {', '.join(sorted(columns)) or 'none'}); use delete_rows for row filters"
+                )
+            group = [t for t in candidates if t.spec_id == spec_id]
+            values = pa.table(
+                {c: pa.array([t.values[fid] for t in group], ns.schema.field(c).type) for c, fid in columns.items()}
+            )
+            doomed.extend(group[i].object_id for i in match(values, filter))
+        if not doomed:
+            return MaintenanceReport("drop_partitions", ns.root, ns.manifest_version)
+        dropped = Operation("DROP_PARTITIONS", {"filter": filter}, {"partitions_removed": len(doomed)})
+        try:
+            version = ns.remove_tables(doomed, operation=dropped.timed(started), guard=guard)
+        except ConcurrentModification:
+            continue
+        rows = _rows_of([tables[oid] for oid in doomed], ns)
+        return MaintenanceReport(
+            "drop_partitions", ns.root, version, tables=len(doomed), rows=rows, deleted=tuple(doomed)
+        )
+    raise ConcurrentModification(f"drop_partitions on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
+
+
+def _rows_of(tables: Sequence[PartitionTable], ns: PartitionedNamespace) -> int:
+    """The rows of these tables at their pinned versions, from fragment metadata."""
+
+    def count(table: PartitionTable) -> int:
+        with translate_lance_errors(f"count rows of partition table {table.object_id}", missing=CorruptNamespace):
+            return int(ns.open_table(table).count_rows())
+
+    if not tables:
+        return 0
+    with ThreadPoolExecutor(max_workers=min(8, len(tables))) as pool:
+        return sum(pool.map(count, tables))
+
+
+def rows_to_delete_datafusion(
+    ns: PartitionedNamespace, tasks: Sequence[ScanTask], filter_sql: str
+) -> dict[str, list[int]]:
+    """Row addresses per table that ``filter_sql`` (DataFusion SQL) selects, read with the
+    namespace's reconciliation (renamed columns by id, missing ones as NULL)."""
+    schema = ns.namespace_schema
+    needed = referenced_columns(filter_sql, schema.arrow.names, False, Dialect.datafusion())
+    out: dict[str, list[int]] = {}
+    for task in tasks:
+        assert task.read_version is not None
+        ds = open_recorded(task.uri, task.read_version, ns.storage_options)
+        mapping = dataset_columns(ds.schema, schema)
+        with translate_lance_errors(f"scan partition table {task.object_id}", missing=CorruptNamespace):
+            table = ds.to_table(columns=[mapping[c] for c in needed if c in mapping], with_row_address=True)
+        view = reconcile(table, mapping, needed, schema, task.object_id)
+        rows = matching_rows(view, filter_sql)
+        if rows:
+            out[task.object_id] = table.column("_rowaddr").take(pa.array(rows, pa.int64())).to_pylist()
+    return out
+
+
+RowFinder = Callable[[PartitionedNamespace, Sequence[ScanTask], str], Mapping[str, Sequence[int]]]
+
+
+def delete_rows(
+    root: str | PartitionedNamespace,
+    filter: str,
+    *,
+    find_rows: RowFinder | None = None,
+    dialect: Dialect | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> MaintenanceReport:
+    """Delete the rows matching ``filter`` with Lance deletes, in the pruned tables only.
+
+    ``find_rows`` says which rows of the candidate tables match (Spark's where, from
+    :mod:`pipelines.maintenance.operations`); without it the filter is DataFusion SQL applied in
+    this process (zone-less timestamps are UTC, as in a Lance scan). Each table that
+    loses rows gets a new version (its schema first brought up to the namespace schema,
+    metadata-only), then ONE ``__manifest`` commit moves them all.
+    """
+    started = time.monotonic()
+    ns = as_namespace(root, storage_options)
+    d = dialect or Dialect.datafusion()
+    if isinstance(parse_filter(filter, d, strict=False), TrueFilter):
+        raise InvalidInput("delete_rows needs a filter; to remove everything, overwrite the namespace")
+    finder = find_rows or rows_to_delete_datafusion
+    with guarded(ns.root, ns.storage_options) as guard:
+        return _delete(ns, filter, d, finder, guard, started)
+
+
+def _delete(
+    ns: PartitionedNamespace, filter: str, d: Dialect, finder: RowFinder, guard: Guard, started: float
+) -> MaintenanceReport:
+    for _ in range(COMMIT_ATTEMPTS):
+        ns.refresh(guard=guard)
+        tasks = list(ns.plan_scan(filter, dialect=d))
+        tables = ns.tables_by_id(t.object_id for t in tasks)
+        for task in tasks:
+            if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
+                raise InvalidInput(f"delete_rows: table {task.object_id} is read from a branch or tag; not supported")
+        planned = {t.object_id for t in tasks}
+        found = {oid: sorted(set(a)) for oid, a in finder(ns, tasks, filter).items() if a and oid in planned}
+        rows = sum(len(a) for a in found.values())
+        if not found:
+            return MaintenanceReport("delete_rows", ns.root, ns.manifest_version)
+        deleted = Operation("DELETE", {"filter": filter}, {"rows_removed": rows, "partitions_touched": len(found)})
+        versions = _delete_addresses(ns, [tables[oid] for oid in found], found)
+        commits = [
+            TableCommit(tables[oid].spec_id, tables[oid].values, tables[oid].location, version, oid)
+            for oid, version in versions.items()
+        ]
+        try:
+            version = ns.commit_once(commits, operation=deleted.timed(started), guard=guard)
+        except ConcurrentModification:
+            continue
+        return MaintenanceReport("delete_rows", ns.root, version, tables=len(commits), rows=rows)
+    raise ConcurrentModification(f"delete_rows on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
+
+
+def _delete_addresses(
+    ns: PartitionedNamespace, tables: Sequence[PartitionTable], addresses: Mapping[str, Sequence[int]]
+) -> dict[str, int]:
+    """One marked dataset version per table without the rows at ``addresses`` (in parallel)."""
+    schema = ns.namespace_schema
+
+    def one(table: PartitionTable) -> int:
+        base = ns.open_table(table)
+        return delete_and_append(table.uri, schema, base, [], addresses[table.object_id], ns.storage_options)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(tables)))) as pool:
+        return dict(zip([t.object_id for t in tables], pool.map(one, tables), strict=True))
