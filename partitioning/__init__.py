@@ -1,4 +1,22 @@
-"""Spark-free core of the Lance partitioned namespace: specs, schema, transforms, __manifest."""
+"""Spark-free core of the Lance partitioned namespace: specs, schema, transforms, __manifest.
+
+The floor plan, bottom up (a package imports only those below it; ``docs/architecture.md``
+draws the arrows and ``tests/test_architecture.py`` holds the code to them):
+
+- ``errors``: the one exception root and its subclasses; ``progress``: progress lines.
+- :mod:`partitioning.sql`: filter text, the filter tree, binding, DataFusion.
+- :mod:`partitioning.spec`: partition specs, transforms, murmur3, expressions, the schema.
+- :mod:`partitioning.storage`: roots, paths, the ``__manifest`` store, partition datasets,
+  leases, the protected path, orphans.
+- :mod:`partitioning.state`: one ``__manifest`` version read, pruned, planned and committed.
+- ``namespace_view`` and ``namespace``: :class:`PartitionedNamespace`, the entry point
+  (the view holds its read side).
+- :mod:`partitioning.tables` (writes, rewrites, maintenance, restore),
+  :mod:`partitioning.search` (vectors and indexes) and :mod:`partitioning.plan` (joins,
+  metadata tables): the operations, which never import each other.
+
+This module keeps the public names; imports from the modules are private and may move.
+"""
 
 import os
 

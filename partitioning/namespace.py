@@ -243,7 +243,7 @@ class PartitionedNamespace(NamespaceView):
     ) -> int:
         """Remove partition tables, and namespaces left without tables, in ONE optimistic
         ``__manifest`` commit; returns the new manifest version. Files stay for time
-        travel until :func:`partitioning.tables.maintenance.vacuum` removes them.
+        travel until :func:`partitioning.tables.vacuum.vacuum` removes them.
 
         It reads the table rows without following their ``location``, so it also removes
         a row whose location is refused (the repair :func:`partitioning.storage.paths.check_location` names)."""

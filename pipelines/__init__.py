@@ -1,4 +1,21 @@
-"""Spark side of the Lance partitioned namespace: session, Column transforms, writes, data source."""
+"""Spark side of the Lance partitioned namespace: session, Column transforms, writes, data source.
+
+Everything that imports PySpark lives here, on top of :mod:`partitioning`. The floor plan:
+
+- the session modules anyone here may import: ``session`` (``build_session``),
+  ``session_calls`` (calls on a session you have), ``shared_roots`` (roots a master can
+  reach), ``tasks`` (work as Spark tasks), ``spark_errors`` (one line for a failed job),
+  ``read_options`` (what a read hands the data source); ``sample`` makes demo data.
+- :mod:`pipelines.columns`: transforms as Spark Columns, Spark schemas.
+- :mod:`pipelines.search`: vector search and index builds.
+- :mod:`pipelines.source`: the ``lance_partitioned`` data source (reader and writer).
+- :mod:`pipelines.read`: ``read_partitioned``, small local reads, the shuffle-free join.
+- :mod:`pipelines.write`: ``write_partitioned``, merges, updates, small changes.
+- :mod:`pipelines.maintenance`: compaction, vacuum, deletes, history, metadata tables.
+- :mod:`pipelines.jvm`: the Python side of the JVM layer.
+
+This module keeps the public names; imports from the modules are private and may move.
+"""
 
 from partitioning.tables.write import CommitResult
 from pipelines.columns.schema import namespace_schema_from_spark, spark_schema
@@ -7,11 +24,11 @@ from pipelines.maintenance.history import history, restore
 from pipelines.maintenance.inspect import files_table, partitions_table
 from pipelines.maintenance.operations import compact, delete_rows, drop_partitions, optimize_manifest, vacuum
 from pipelines.read.dataframe import read_partitioned
-from pipelines.read.datasource import LancePartitionedDataSource, register_data_source
 from pipelines.read.join import join_partitioned
 from pipelines.search.indexes import create_scalar_index, create_vector_index, optimize_indexes
 from pipelines.search.queries import knn_join, search_partitioned
 from pipelines.session import build_session
+from pipelines.source.datasource import LancePartitionedDataSource, register_data_source
 from pipelines.write.dataframe import write_partitioned
 from pipelines.write.merge import merge_partitioned
 from pipelines.write.rewrite import update_rows

@@ -1,7 +1,7 @@
 """What a read hands the ``lance_partitioned`` source: its Spark schema and the session's SQL dialect.
 
-Shared by :mod:`pipelines.read.dataframe` (which sets the options) and :mod:`pipelines.read.datasource`
-(which reads them); :func:`pipelines.read.reader.dialect_from_options` is the inverse of
+Shared by :mod:`pipelines.read.dataframe` (which sets the options) and :mod:`pipelines.source.datasource`
+(which reads them); :func:`pipelines.source.reader.dialect_from_options` is the inverse of
 :func:`dialect_options`.
 """
 

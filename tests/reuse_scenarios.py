@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from partitioning import PartitionedNamespace
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import read_partitioned
-from pipelines.read.datasource import register_data_source
+from pipelines.source.datasource import register_data_source
 
 SCHEMA = pa.schema(
     [

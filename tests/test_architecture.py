@@ -135,13 +135,40 @@ def node_of(module: str, known: Iterable[str]) -> str:
     return package if len(parts) > 2 or any(m.startswith(package + ".") for m in known) else module
 
 
-def package_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+# Modules every package may import (not drawn): the error root, progress lines, and the
+# Spark session helpers. What *they* import is drawn like any other arrow.
+BASE = frozenset(
+    {
+        "partitioning.errors",
+        "partitioning.progress",
+        "pipelines.read_options",
+        "pipelines.session",
+        "pipelines.session_calls",
+        "pipelines.shared_roots",
+        "pipelines.spark_errors",
+        "pipelines.tasks",
+    }
+)
+
+
+def package_arrows(graph: dict[str, set[str]], base: frozenset[str] = BASE) -> set[tuple[str, str]]:
+    """Arrows between places on the floor plan within one top package. Left out: the public
+    ``__init__`` re-exports, arrows into :data:`BASE`, and ``pipelines`` -> ``partitioning``
+    (Spark's side sits on the whole core; the reverse is :func:`upward_imports`)."""
     return {
         (node_of(a, graph), node_of(b, graph))
         for a, targets in graph.items()
         for b in targets
-        if node_of(a, graph) != node_of(b, graph) and a not in TOP  # the public __init__ re-exports
+        if node_of(a, graph) != node_of(b, graph)
+        and a not in TOP
+        and node_of(b, graph) not in base
+        and a.split(".")[0] == b.split(".")[0]
     }
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of ``pipelines`` from ``partitioning``: the core knows nothing of Spark's side."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if a < "pipelines" <= b)
 
 
 def too_long(root: Path) -> list[str]:
@@ -182,23 +209,24 @@ def spark_imports(root: Path) -> list[str]:
 
 
 def unmapped(root: Path) -> list[str]:
-    """Modules their package's ``__init__`` docstring does not name."""
+    """Modules (and sub-packages) their package's ``__init__`` docstring does not name."""
     out = []
     for top in TOP:
         for init in sorted((root / top).rglob("__init__.py")):
-            if init.parent == root / top:
-                continue
             doc = ast.get_docstring(ast.parse(init.read_text())) or ""
-            for module in sorted(init.parent.glob("*.py")):
-                if module.name != "__init__.py" and not re.search(rf"\b{module.stem}\b", doc):
-                    out.append(f"{init.relative_to(root)} does not name {module.stem}")
+            members = [m.stem for m in init.parent.glob("*.py") if m.name != "__init__.py"]
+            members += [d.name for d in init.parent.iterdir() if (d / "__init__.py").is_file()]
+            for member in sorted(members):
+                if not re.search(rf"\b{member}\b", doc):
+                    out.append(f"{init.relative_to(root)} does not name {member}")
     return out
 
 
 def drawn_arrows(doc: str) -> set[tuple[str, str]]:
-    """The arrows of the architecture page's ``mermaid`` diagram: ``a --> b`` per line."""
-    (block,) = re.findall(r"```mermaid\n(.*?)```", doc, flags=re.S)
-    return set(re.findall(r"^\s*([\w.]+)\s*-->\s*([\w.]+)\s*$", block, flags=re.M))
+    """The arrows of the architecture page's ``mermaid`` diagrams: ``a --> b`` per line."""
+    blocks = re.findall(r"```mermaid\n(.*?)```", doc, flags=re.S)
+    assert blocks, "no mermaid diagram"
+    return {arrow for block in blocks for arrow in re.findall(r"^\s*([\w.]+)\s*-->\s*([\w.]+)\s*$", block, flags=re.M)}
 
 
 # -- the rules on this tree
@@ -216,8 +244,9 @@ def test_no_package_too_crowded() -> None:
     assert crowded(REPO) == []
 
 
-def test_partitioning_imports_no_pyspark() -> None:
+def test_partitioning_imports_no_pyspark_and_nothing_of_pipelines() -> None:
     assert spark_imports(REPO) == []
+    assert upward_imports(import_graph(REPO)) == []
 
 
 def test_every_package_docstring_maps_its_modules() -> None:
@@ -256,23 +285,26 @@ def test_a_circle_through_an_import_inside_a_function_is_found(tmp_path: Path) -
         },
     )
     assert circles(import_graph(root)) == [["partitioning.a.x", "partitioning.b.y"]]
+    assert package_arrows(import_graph(root), frozenset({"partitioning.b"})) == {("partitioning.b", "partitioning.a")}
     assert package_arrows(import_graph(root)) == {
         ("partitioning.a", "partitioning.b"),
         ("partitioning.b", "partitioning.a"),
     }
 
 
-def test_type_checking_imports_make_no_circle(tmp_path: Path) -> None:
+def test_type_checking_imports_make_no_circle_and_upward_imports_are_found(tmp_path: Path) -> None:
     root = _tree(
         tmp_path,
         {
-            "partitioning/x.py": "from partitioning import y\n",
+            "partitioning/x.py": "from partitioning import y\nimport pipelines.z\n",
+            "pipelines/z.py": "",
             "partitioning/y.py": (
                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from partitioning.x import X\n"
             ),
         },
     )
     assert circles(import_graph(root)) == []
+    assert upward_imports(import_graph(root)) == ["partitioning.x -> pipelines.z"]
 
 
 def test_long_modules_long_classes_crowded_folders_pyspark_and_unmapped_modules_are_found(tmp_path: Path) -> None:
@@ -291,9 +323,10 @@ def test_long_modules_long_classes_crowded_folders_pyspark_and_unmapped_modules_
     ]
     assert crowded(root) == [f"pipelines/crowd: {MAX_MODULES + 1} modules"]
     assert spark_imports(root) == ["partitioning/spark.py:2 pyspark.sql"]
-    assert unmapped(root) == [
-        f"pipelines/crowd/__init__.py does not name m{i}" for i in sorted(range(1, MAX_MODULES), key=str)
-    ]
+    missing = [f"pipelines/crowd/__init__.py does not name m{i}" for i in sorted(range(1, MAX_MODULES), key=str)]
+    assert [line for line in unmapped(root) if "crowd/" in line] == missing
+    assert "partitioning/__init__.py does not name cls" in unmapped(root)  # a top package's map too
+    assert "pipelines/__init__.py does not name crowd" in unmapped(root)  # and its sub-packages
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from partitioning.sql.filters import is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import read_partitioned, session_dialect
-from pipelines.read.datasource import register_data_source
+from pipelines.source.datasource import register_data_source
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("f", pa.float64())])
 VALUES = ["a\\nb", "a\nb", "US", "p", "x\\", "it's", "50%", None]

@@ -49,7 +49,7 @@ from partitioning.sql.filters import is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import dialect_options, read_partitioned, session_dialect
-from pipelines.read.datasource import register_data_source
+from pipelines.source.datasource import register_data_source
 
 FILTERS_PER_TABLE = 10
 STATS = {"tables": 0, "filters": 0, "exact": 0, "jvm_same_tables": 0, "jvm_fewer_tables": 0, "jvm_more_tables": 0}

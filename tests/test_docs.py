@@ -14,6 +14,8 @@ Every fenced block has a language, and what the tests do with it depends on it:
   block printed in between may be left out).
 - ```bash blocks are the commands of the docs (a separate test runs them from a fresh clone);
   here they are only checked for an interpreter path a Spark worker can find.
+- ```mermaid blocks are diagrams: ``tests/test_architecture.py`` holds the code to the arrows
+  of the architecture page's.
 
 A block preceded by ``<!-- docs-test: not run: REASON -->`` is shown but not run (for a
 block that needs a remote service or shows a file of another tool); a text block preceded by
@@ -40,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 MARKER = re.compile(r"^<!-- docs-test: (?P<kind>not run|output not checked): (?P<reason>\S.*?) -->$")
-LANGUAGES = {"python", "bash", "text", "sql"}
+LANGUAGES = {"python", "bash", "text", "sql", "mermaid"}  # mermaid: tests/test_architecture.py
 RUN = {"python", "sql"}
 
 

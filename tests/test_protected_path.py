@@ -238,7 +238,7 @@ def test_every_committing_operation_waits_for_a_vacuum_that_may_have_missed_it(
     """One rule for every operation: a vacuum already deleting when the operation took its
     lease may not have seen it, so the operation does not commit until that vacuum ends;
     then it commits and the latest version reads whole."""
-    from pipelines.read.datasource import register_data_source
+    from pipelines.source.datasource import register_data_source
 
     register_data_source(spark)
     root = str(tmp_path / "ns")

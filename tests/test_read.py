@@ -30,7 +30,7 @@ from pyspark.sql import types as T
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import read_partitioned
-from pipelines.read.datasource import register_data_source
+from pipelines.source.datasource import register_data_source
 from pipelines.write.dataframe import write_partitioned
 
 pytestmark = pytest.mark.slow

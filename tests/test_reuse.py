@@ -14,7 +14,7 @@ from pathlib import Path
 import reuse_scenarios as scenarios
 from pyspark.sql import SparkSession
 
-from pipelines.read.datasource import pushdown_is_per_scan
+from pipelines.source.datasource import pushdown_is_per_scan
 
 TESTS = Path(__file__).resolve().parent
 

@@ -29,9 +29,9 @@ from partitioning.tables.write import write_table
 from pipelines import read_partitioned, write_partitioned
 from pipelines.maintenance.operations import compact
 from pipelines.maintenance.operations import delete_rows as spark_delete_rows
-from pipelines.read.datasource import LancePartitionedDataSource
-from pipelines.read.reader import LanceInputPartition
-from pipelines.write.source_writer import LancePartitionedWriter
+from pipelines.source.datasource import LancePartitionedDataSource
+from pipelines.source.reader import LanceInputPartition
+from pipelines.source.writer import LancePartitionedWriter
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("v", pa.int64())]

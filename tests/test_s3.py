@@ -55,7 +55,7 @@ from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
 from pipelines.read.join import join_partitioned_with_plan
-from pipelines.write.source_writer import LancePartitionedWriter
+from pipelines.source.writer import LancePartitionedWriter
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("v", pa.int64())]

@@ -14,7 +14,7 @@ import pyarrow as pa
 from partitioning import PartitionedNamespace
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned
-from pipelines.read.datasource import LancePartitionedDataSource
+from pipelines.source.datasource import LancePartitionedDataSource
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string())])
 LOGGER = "lance_partitioned"

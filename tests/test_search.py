@@ -16,8 +16,8 @@ from partitioning.errors import InvalidInput, SchemaError
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.search.nearest import search
 from partitioning.tables.write import write_table
-from pipelines.read.datasource import register_data_source
 from pipelines.search.queries import search_partitioned
+from pipelines.source.datasource import register_data_source
 
 FILTERS = {
     None: lambda d: None,

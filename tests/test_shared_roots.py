@@ -27,10 +27,10 @@ from partitioning.errors import InvalidInput, NamespaceNotFound
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source, write_partitioned
 from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
-from pipelines.read.datasource import LancePartitionedDataSource, PerScanPushdownDataSource
 from pipelines.read.join_source import LancePartitionedJoinDataSource
 from pipelines.session_calls import session_bound
 from pipelines.shared_roots import check_root_for_master, is_relative_path, session_master
+from pipelines.source.datasource import LancePartitionedDataSource, PerScanPushdownDataSource
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("country", pa.string()), pa.field("v", pa.int64())]

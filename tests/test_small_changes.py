@@ -76,7 +76,7 @@ def no_tasks(monkeypatch: pytest.MonkeyPatch, spark: SparkSession) -> None:
 
     monkeypatch.setattr(targets, "_spark_rows", refused)
     monkeypatch.setattr(type(spark.range(1)), "mapInArrow", refused)
-    monkeypatch.setattr("pipelines.read.datasource.register_data_source", refused)
+    monkeypatch.setattr("pipelines.source.datasource.register_data_source", refused)
 
 
 def test_a_small_merge_update_delete_and_append_start_no_task(spark: SparkSession, tmp_path: Any, no_tasks: None):

@@ -25,7 +25,7 @@ from partitioning.tables.deletes import delete_rows as delete_rows_local
 from partitioning.tables.write import write_table
 from pipelines.maintenance.operations import compact, delete_rows, drop_partitions
 from pipelines.read.dataframe import read_partitioned
-from pipelines.read.datasource import register_data_source
+from pipelines.source.datasource import register_data_source
 
 UTC = dt.UTC
 LA = "America/Los_Angeles"

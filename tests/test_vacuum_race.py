@@ -289,7 +289,7 @@ def test_a_data_source_write_holds_a_lease_while_its_tasks_run(spark, tmp_path: 
     lease, its tasks see it live while they write, and commit removes it."""
     from pyspark.sql import functions as F
 
-    from pipelines.read.datasource import register_data_source
+    from pipelines.source.datasource import register_data_source
 
     root = str(tmp_path / "ns")
     PartitionedNamespace.create(root, SCHEMA, ["p"])
@@ -305,7 +305,7 @@ def test_a_failed_data_source_write_removes_its_lease(spark, tmp_path: Path) -> 
     """A task that fails: Spark aborts the write, nothing is committed, the lease goes."""
     from pyspark.sql import functions as F
 
-    from pipelines.read.datasource import register_data_source
+    from pipelines.source.datasource import register_data_source
 
     root = str(tmp_path / "ns")
     PartitionedNamespace.create(root, SCHEMA, ["p"])

@@ -64,7 +64,7 @@ final class Bridge {
     return active.isDefined() ? active.get().sparkContext().master() : null;
   }
 
-  /** Whether the session's client is Spark Connect (set by pipelines.read.datasource.jvm_layer). */
+  /** Whether the session's client is Spark Connect (set by pipelines.source.datasource.jvm_layer). */
   static boolean connect() {
     return "true".equals(org.apache.spark.sql.internal.SQLConf.get().getConfString(CONNECT_CONF, "false"));
   }

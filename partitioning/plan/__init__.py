@@ -1,1 +1,9 @@
-"""TODO map."""
+"""Plans over whole namespaces, Spark-free: joins, metadata tables, whole-partition matches.
+
+``join`` plans a storage-partitioned join, its keys grouped by ``join_keys``, its columns
+from ``join_columns``, one group joined in memory by ``join_local``. ``inspect`` gives the
+partitions and files metadata tables; ``identity_match`` selects whole partition tables for
+a predicate on identity partition columns.
+
+May import: :mod:`partitioning.namespace` and everything below it. Imported by :mod:`pipelines`.
+"""

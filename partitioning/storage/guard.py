@@ -20,7 +20,7 @@ by a vacuum running beside it:
    new files, which its callers stat as they commit. A missing one is one line naming
    the table and version or file; nothing is committed.
 
-Vacuum's side (:func:`partitioning.tables.maintenance.vacuum`): after planning, it stores its
+Vacuum's side (:func:`partitioning.tables.vacuum.vacuum`): after planning, it stores its
 own lease (kind ``vacuum``), re-reads the live leases and the latest ``__manifest``
 version, and drops from its plan whatever that version or a live lease's base
 references; only then does it delete. A lease stored before that re-read is seen by it;

@@ -1,4 +1,4 @@
-"""Write leases: how a write in progress tells :func:`partitioning.tables.maintenance.vacuum` to keep its files.
+"""Write leases: how a write in progress tells :func:`partitioning.tables.vacuum.vacuum` to keep its files.
 
 A write takes a lease before it writes any file: ``<root>/_writes/<random id>.json``
 records when the write started (its own clock, and the storage's clock as the lease

@@ -1,1 +1,11 @@
-"""TODO map."""
+"""Operations on partition tables, Spark-free: writes, rewrites, maintenance and restore.
+
+A write: ``fragments`` (executor side) turns rows into Lance fragments and ``messages``
+carries them to the driver, whose ``write`` commits them. ``rewrites`` deletes and adds rows
+in one commit (merge, update, replace_where). Maintenance: ``maintenance`` (the report and
+manifest compaction), ``compaction``, ``deletes`` (partition drops and row deletes),
+``vacuum`` and ``vacuum_deletions``. ``restore`` makes the namespace what an older version was.
+
+May import: :mod:`partitioning.namespace` and everything below it. Imported by
+:mod:`pipelines` and the jobs; not by search or plan.
+"""

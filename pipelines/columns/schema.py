@@ -19,10 +19,11 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
 from partitioning.errors import SchemaError
-from partitioning.spec.schema import NamespaceSchema
+from partitioning.namespace import PartitionedNamespace
+from partitioning.spec.schema import NamespaceSchema, check_widening
 from partitioning.spec.vectors import spark_facing_schema
 
-__all__ = ["is_ml_vector", "namespace_schema_from_spark", "spark_schema", "spark_to_arrow_schema"]
+__all__ = ["is_ml_vector", "merge_spark_schema", "namespace_schema_from_spark", "spark_schema", "spark_to_arrow_schema"]
 
 
 def is_ml_vector(data_type: T.DataType) -> bool:
@@ -62,3 +63,24 @@ def spark_schema(schema: NamespaceSchema | pa.Schema) -> T.StructType:
     """The Spark schema of a namespace schema (field-id metadata dropped; vectors as arrays)."""
     arrow = schema.plain if isinstance(schema, NamespaceSchema) else schema
     return from_arrow_schema(spark_facing_schema(arrow), prefer_timestamp_ntz=True)
+
+
+def merge_spark_schema(struct: T.StructType, ns: PartitionedNamespace) -> PartitionedNamespace:
+    """Add ``struct``'s new columns to ``ns`` and widen the columns it holds wider types of."""
+    arrow = spark_to_arrow_schema(struct)
+    current = ns.namespace_schema.arrow
+    new = [f.with_nullable(True) for f in arrow if f.name not in current.names]
+    if new:
+        ns.add_columns(new)
+    for f in arrow:
+        if f.name not in current.names:
+            continue
+        old = current.field(f.name).type
+        if old == f.type:
+            continue
+        try:
+            check_widening(f.name, old, f.type)
+        except SchemaError:
+            continue
+        ns.widen_column(f.name, f.type)
+    return ns.refresh()

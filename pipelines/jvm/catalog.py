@@ -137,7 +137,7 @@ def describe(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     except NamespaceNotFound as exc:
         raw = str(args.get("root", ""))
         if raw and is_relative_path(raw):
-            from pipelines.read.datasource import relative_path_missing
+            from pipelines.source.datasource import relative_path_missing
 
             raise NamespaceNotFound(relative_path_missing(raw, bool(args.get("connect")))) from exc
         raise

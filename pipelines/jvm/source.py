@@ -18,7 +18,7 @@ time through a fresh ``PythonDataSourceV2`` instance, so no scan ever sees anoth
   changes of ``DELETE`` / ``UPDATE`` / ``MERGE``.
 
 Without ``lp.*`` options it is the plain ``lance_partitioned`` source
-(:class:`pipelines.read.datasource.LancePartitionedDataSource`): what the Java layer falls back
+(:class:`pipelines.source.datasource.LancePartitionedDataSource`): what the Java layer falls back
 to when the Spark it runs on is not the one it was compiled for.
 """
 
@@ -43,10 +43,10 @@ from partitioning.sql.predicates import predicates_from_json
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanPlan
 from partitioning.storage.roots import storage_options_from
-from pipelines.read.datasource import LancePartitionedDataSource, _lower, _one_line
 from pipelines.read.local import local_table
-from pipelines.read.reader import LancePartitionedReader
-from pipelines.read.slices import TableSlice
+from pipelines.source.datasource import LancePartitionedDataSource, _lower, _one_line
+from pipelines.source.reader import LancePartitionedReader
+from pipelines.source.slices import TableSlice
 
 __all__ = ["BRIDGE_NAME", "BridgeSource", "answer", "exact_count"]
 
@@ -107,7 +107,7 @@ class BridgeSource(LancePartitionedDataSource):
         )
 
     def _plan_scan(self) -> dict[str, Any]:
-        from pipelines.read.datasource import READ_OPTIONS, _check_options
+        from pipelines.source.datasource import READ_OPTIONS, _check_options
 
         _check_options({k: v for k, v in self.options.items() if not k.lower().startswith("lp.")}, READ_OPTIONS, "read")
         ns = self._namespace_at_pin()

@@ -2,7 +2,7 @@
 
 - ``append``, ``overwrite`` (``INSERT OVERWRITE`` in static mode, a replaced table) and
   ``dynamic`` (the partitions present in the rows) go to the data source writer
-  (:class:`pipelines.write.source_writer.LancePartitionedWriter`).
+  (:class:`pipelines.source.writer.LancePartitionedWriter`).
 - ``delta``: the rows of ``DELETE FROM`` / ``UPDATE`` / ``MERGE INTO``, as Spark's delta
   write hands them to the Java bridge writer: ``__op`` (``delete``, ``update``,
   ``reinsert``, ``insert``), the row id ``_lance_rowaddr``, the metadata ``_lance_table``
@@ -43,8 +43,8 @@ from partitioning.tables.messages import part_column
 from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_table, commit_rewrite
 from partitioning.tables.write import commit_write, conform_table
 from pipelines.jvm.drop import drop_matching
-from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
-from pipelines.write.source_writer import LancePartitionedWriter, _reported
+from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
+from pipelines.source.writer import LancePartitionedWriter, _reported
 
 __all__ = ["bridge_writer"]
 
@@ -71,7 +71,7 @@ def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwr
             plain["partitionOverwriteMode"] = "dynamic"
         # "overwrite" (Spark's truncate): the write's partitionOverwriteMode option, else the
         # session's setting as the tasks see it (as for Spark's file sources)
-        from pipelines.read.datasource import new_writer
+        from pipelines.source.datasource import new_writer
 
         return new_writer(plain, schema, mode != "append", lowered.get("lp.connect") == "true")
     if mode == "replace":

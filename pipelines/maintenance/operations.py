@@ -39,10 +39,10 @@ from partitioning.tables.deletes import delete_rows as delete_rows_local
 from partitioning.tables.deletes import drop_partitions as drop_partitions_local
 from partitioning.tables.maintenance import MaintenanceReport, optimize_manifest
 from partitioning.tables.vacuum import vacuum
-from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.read_options import dialect_options, session_dialect
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
+from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
 from pipelines.write.small import small_target
@@ -151,7 +151,7 @@ def delete_rows(
 
     Spark reads the candidate tables at the manifest's versions and finds the matching
     rows' Lance row addresses; the driver deletes exactly those and commits once.
-    Without a session, :func:`partitioning.tables.maintenance.delete_rows` (DataFusion SQL).
+    Without a session, :func:`partitioning.tables.deletes.delete_rows` (DataFusion SQL).
     """
     session = session_or_active(spark)
     if session is None:
@@ -168,7 +168,7 @@ def delete_rows(
         wanted = {t.object_id for t in tasks}
         rows = small_target(session, ns, {t.object_id: t.read_version or 0 for t in tasks})
         if rows is None:
-            from pipelines.read.datasource import register_data_source
+            from pipelines.source.datasource import register_data_source
 
             register_data_source(session)
             reader = session.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
@@ -199,7 +199,7 @@ def drop_partitions(
 ) -> MaintenanceReport:
     """Drop whole partition tables whose identity partition values satisfy ``filter``
     (Spark SQL, applied by Spark to each table's values). Without a session,
-    :func:`partitioning.tables.maintenance.drop_partitions` (DataFusion SQL)."""
+    :func:`partitioning.tables.deletes.drop_partitions` (DataFusion SQL)."""
     session = session_or_active(spark)
     if session is None:
         return drop_partitions_local(root, filter, storage_options=storage_options)

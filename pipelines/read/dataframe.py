@@ -28,12 +28,12 @@ from partitioning.sql.from_sql import parse_filter, referenced_columns
 from partitioning.state.scan import ScanPlan
 from partitioning.storage.history import version_at
 from partitioning.storage.roots import storage_option_pairs
-from pipelines.read.datasource import register_data_source
 from pipelines.read.local import local_dataframe
-from pipelines.read.reader import LanceInputPartition, LancePartitionedReader
-from pipelines.read.slices import TableSlice, read_table
 from pipelines.read_options import dialect_options, read_schema, session_dialect
 from pipelines.shared_roots import driver_root
+from pipelines.source.datasource import register_data_source
+from pipelines.source.reader import LanceInputPartition, LancePartitionedReader
+from pipelines.source.slices import TableSlice, read_table
 
 __all__ = [
     "LanceInputPartition",

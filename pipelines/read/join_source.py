@@ -3,7 +3,7 @@
 Its options (parsed into :class:`_JoinOptions`) name both namespaces at fixed
 ``__manifest`` versions, the keys, the join type and each side's filter. The reader plans the
 partition groups on the driver and spreads them over the input partitions; each task reads
-both sides of its groups (:func:`pipelines.read.slices.read_table`) and joins them in Arrow.
+both sides of its groups (:func:`pipelines.source.slices.read_table`) and joins them in Arrow.
 :func:`pipelines.read.join.join_partitioned` decides between this scan and Spark's own join.
 """
 
@@ -30,9 +30,9 @@ from partitioning.sql.filters import Dialect, Filter, TrueFilter
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.storage.roots import storage_options_from
 from pipelines.columns.schema import spark_schema
-from pipelines.read.reader import dialect_from_options
-from pipelines.read.slices import TableSlice, read_table
 from pipelines.shared_roots import check_source_root
+from pipelines.source.reader import dialect_from_options
+from pipelines.source.slices import TableSlice, read_table
 
 __all__ = ["LancePartitionedJoinDataSource"]
 

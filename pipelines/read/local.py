@@ -6,7 +6,7 @@ Python worker and reads it in another, which is most of its time (1 of 1,500 par
 about 0.4 s against 0.2 s for the same rows handed to Spark as Arrow). When the planned
 tables hold at most :data:`LOCAL_MAX_ROWS` rows and :data:`LOCAL_MAX_BYTES` bytes of data
 files (fragment metadata, before any filter), :func:`pipelines.read.dataframe.read_partitioned`
-reads them here with the source's own reader (:func:`pipelines.read.slices.read_slice`: the
+reads them here with the source's own reader (:func:`pipelines.source.slices.read_slice`: the
 same versions, schema reconciliation and pruning) and gives Spark the batches.
 
 The rows are the ones the source would give at action time: the plan pins each table's
@@ -30,8 +30,8 @@ from partitioning.spec.vectors import spark_facing_schema
 from partitioning.sql.filters import Filter
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
-from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
 from pipelines.session_calls import active_session_kept
+from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
 
 __all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe", "local_table", "within"]
 

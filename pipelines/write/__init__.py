@@ -1,1 +1,9 @@
-"""TODO map."""
+"""Writing and changing rows from Spark: writes, merges, updates.
+
+``dataframe`` is ``write_partitioned``; ``fragments`` writes any DataFrame's rows as Lance
+fragments on the executors (every write door shares it). ``rewrite`` (``update_rows``,
+``replace_where``) and ``merge`` (``merge_partitioned``) read their ``targets``, rerun in
+``rounds`` when they lose a race, and keep ``small`` changes in the driver.
+
+May import: source, read, columns, the session modules, :mod:`partitioning`. Imported by maintenance.
+"""

@@ -28,10 +28,10 @@ from partitioning.storage.paths import check_namespace_root, check_new_root
 from partitioning.storage.unborn import discard_unborn
 from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE
 from partitioning.tables.write import WRITE_MODES, CommitResult, already_committed, commit_write
-from pipelines.columns.schema import namespace_schema_from_spark
+from pipelines.columns.schema import merge_spark_schema, namespace_schema_from_spark
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
-from pipelines.write.fragments import merge_spark_schema, write_fragments
+from pipelines.write.fragments import write_fragments
 
 __all__ = ["write_partitioned"]
 

@@ -20,17 +20,17 @@ from partitioning.errors import (
     SchemaError,
 )
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.schema import NamespaceSchema, check_widening
+from partitioning.spec.schema import NamespaceSchema
 from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE, FragmentWriter
 from partitioning.tables.messages import PART_PREFIX, part_column
-from pipelines.columns.schema import is_ml_vector, spark_schema, spark_to_arrow_schema
+from pipelines.columns.schema import is_ml_vector, spark_schema
 from pipelines.columns.transforms import select_partition_columns
 from pipelines.session import is_connect
 from pipelines.session_calls import describe_jobs
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.write.small import small_rows
 
-__all__ = ["conform_dataframe", "merge_spark_schema", "write_fragments"]
+__all__ = ["conform_dataframe", "write_fragments"]
 
 
 _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
@@ -104,27 +104,6 @@ def _fits(source: T.StructType, target: T.StructType) -> bool:
         s.name == t.name and s.dataType == t.dataType and (t.nullable or not s.nullable)
         for s, t in zip(source.fields, target.fields, strict=True)
     )
-
-
-def merge_spark_schema(struct: T.StructType, ns: PartitionedNamespace) -> PartitionedNamespace:
-    """Add ``struct``'s new columns to ``ns`` and widen the columns it holds wider types of."""
-    arrow = spark_to_arrow_schema(struct)
-    current = ns.namespace_schema.arrow
-    new = [f.with_nullable(True) for f in arrow if f.name not in current.names]
-    if new:
-        ns.add_columns(new)
-    for f in arrow:
-        if f.name not in current.names:
-            continue
-        old = current.field(f.name).type
-        if old == f.type:
-            continue
-        try:
-            check_widening(f.name, old, f.type)
-        except SchemaError:
-            continue
-        ns.widen_column(f.name, f.type)
-    return ns.refresh()
 
 
 def write_fragments(

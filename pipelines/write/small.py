@@ -7,7 +7,7 @@ and over a second each time after. When the data is small the driver does that w
 itself, with the same code the tasks run:
 
 - **target rows** (:func:`small_target`): the partition tables an operation reads are read
-  here (:func:`pipelines.read.slices.read_slice`, with row addresses) when their fragment
+  here (:func:`pipelines.source.slices.read_slice`, with row addresses) when their fragment
   metadata records at most :data:`SMALL_MAX_ROWS` rows and :data:`SMALL_MAX_BYTES` bytes
   in at most :data:`SMALL_MAX_TABLES` tables, and handed to Spark as a local relation;
   Spark still evaluates every filter, join and expression, so the answers are Spark's;
@@ -36,9 +36,9 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.sql.filters import TrueFilter
 from pipelines.columns.schema import spark_schema
 from pipelines.read.local import local_table
-from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE, TableSlice
 from pipelines.session import is_connect
 from pipelines.session_calls import active_session_kept
+from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE, TableSlice
 
 __all__ = [
     "SMALL_MAX_BYTES",

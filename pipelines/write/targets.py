@@ -24,8 +24,8 @@ from partitioning.sql.binding import bind
 from partitioning.sql.filters import is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from partitioning.storage.roots import storage_option_pairs
-from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.read_options import dialect_options, session_dialect
+from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.spark_errors import spark_errors
 from pipelines.write.small import small_target
 
@@ -65,7 +65,7 @@ def _spark_rows(
     columns: Sequence[str] | None,
 ) -> DataFrame:
     """:func:`target_rows` read by Spark's tasks through the ``lance_partitioned`` source."""
-    from pipelines.read.datasource import register_data_source
+    from pipelines.source.datasource import register_data_source
 
     register_data_source(session)
     reader = session.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))

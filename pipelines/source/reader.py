@@ -15,10 +15,10 @@ takes filters only from the DataFrame's own options, which every scan of it shar
 
 Filters Spark pushes are handed back to Spark. On a Spark that keeps pushdown results
 per scan, :class:`PerScanPushdownReader` also prunes with them (see
-:mod:`pipelines.read.datasource`, which decides by probing Spark's behaviour).
+:mod:`pipelines.source.datasource`, which decides by probing Spark's behaviour).
 
 Each partition table is read at the version ``__manifest`` records for it, its rows
-shaped like the namespace by :mod:`pipelines.read.slices`. Tasks get the reader pickled: the
+shaped like the namespace by :mod:`pipelines.source.slices`. Tasks get the reader pickled: the
 namespace's absolute root, every slice's absolute URI and the storage options travel with it.
 """
 
@@ -53,7 +53,7 @@ from partitioning.sql.filters import (
 from partitioning.sql.from_sql import parse_filter
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
-from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
+from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
 from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [
@@ -271,7 +271,7 @@ class LancePartitionedReader(DataSourceReader):
 
 class PerScanPushdownReader(LancePartitionedReader):
     """A reader that also prunes with Spark's pushed filters: only for a Spark that keeps
-    pushdown results per scan (never PySpark 4.3.0; see :mod:`pipelines.read.datasource`)."""
+    pushdown results per scan (never PySpark 4.3.0; see :mod:`pipelines.source.datasource`)."""
 
     def pushFilters(self, filters: list[ds.Filter]) -> Iterator[ds.Filter]:
         arrow = self.namespace_schema.arrow

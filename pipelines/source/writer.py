@@ -64,7 +64,7 @@ from partitioning.storage.roots import STORAGE_OPTION_PREFIX, storage_options_fr
 from partitioning.storage.unborn import discard_unborn
 from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE, FragmentWriter, add_partition_columns
 from partitioning.tables.write import commit_write, conform_table
-from pipelines.columns.schema import namespace_schema_from_spark
+from pipelines.columns.schema import merge_spark_schema, namespace_schema_from_spark
 from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [
@@ -256,8 +256,6 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                         "omit option partition_by to write with the current spec"
                     )
             if _true(opts, "mergeSchema"):
-                from pipelines.write.fragments import merge_spark_schema
-
                 ns = merge_spark_schema(schema, ns)
             return ns
         check_new_root(root, storage_options)
@@ -340,7 +338,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to undo: uncommitted fragments are invisible; ``ns.orphans()`` lists them
-        and :func:`partitioning.tables.maintenance.vacuum` deletes them once the lease is gone. A
+        and :func:`partitioning.tables.vacuum.vacuum` deletes them once the lease is gone. A
         namespace this write created is removed (:func:`partitioning.storage.unborn.discard_unborn`)."""
         release_lease(self.lease)
         self._discard_unborn()

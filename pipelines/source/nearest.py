@@ -27,8 +27,8 @@ from pyspark.sql.types import FloatType, StructType
 from partitioning.errors import InvalidInput, PartitioningError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.search.nearest import DISTANCE, plan_search, query_matrix, search_tasks
-from pipelines.read.reader import dialect_from_options
 from pipelines.search.queries import to_spark_table
+from pipelines.source.reader import dialect_from_options
 from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = ["NEAREST_KEYS", "NearestReader", "nearest_schema", "parse_nearest"]

@@ -1,4 +1,4 @@
-"""The ``lance_partitioned`` Python Data Source (reads; writes are in :mod:`pipelines.write.source_writer`).
+"""The ``lance_partitioned`` Python Data Source (reads; writes are in :mod:`pipelines.source.writer`).
 
 ``spark.read.format("lance_partitioned").load(root)`` reads the namespace at the
 ``__manifest`` version current when the DataFrame is created (or ``versionAsOf``, or
@@ -9,13 +9,13 @@ however many scans it is used. Load again to see later writes.
 
 Read options (names are case-insensitive; any other option is an error):
 ``versionAsOf``, ``columns`` (a comma-separated subset), ``filter`` (pruned and applied
-by the source; see :mod:`pipelines.read.reader`), ``prune_filter`` (pruning only; the caller
+by the source; see :mod:`pipelines.source.reader`), ``prune_filter`` (pruning only; the caller
 applies it), ``timeZone`` and ``sqlConf`` (how the filters' SQL is read; set by
 :func:`pipelines.read.dataframe.read_partitioned` from the session), ``rows_per_split``,
 ``max_partitions``, ``with_row_address`` (adds ``_lance_table`` and ``_lance_rowaddr``),
 ``object_ids`` (a JSON list: read only these partition tables; used by merge and update),
 ``nearest`` (a vector search returning the global top-k with ``_distance``; see
-:mod:`pipelines.read.nearest`), and ``storage.<key>``: a Lance storage option (``storage.aws_endpoint``,
+:mod:`pipelines.source.nearest`), and ``storage.<key>``: a Lance storage option (``storage.aws_endpoint``,
 ``storage.aws_region``, ...), used on the driver and, pickled with the reader, by
 every task. A relative ``path`` is made absolute where the source plans: the driver on
 classic Spark, the server on Spark Connect (where the client's working directory is
@@ -26,11 +26,11 @@ not share the driver's files (:func:`pipelines.shared_roots.check_root_for_maste
 
 A catalog table (``CREATE TABLE t USING lance_partitioned LOCATION '<root>'``): Spark
 4.3 passes its options only to the ``schema()`` call of ``CREATE TABLE``; the schema
-returned then carries the root (:func:`pipelines.write.source_writer.with_root`), and a later
+returned then carries the root (:func:`pipelines.source.writer.with_root`), and a later
 read with no ``path`` option takes the root from the schema Spark hands ``reader()``.
 
 Which filters prune: PySpark 4.3 shares one read plan between all scans of a DataFrame
-(see :mod:`pipelines.read.reader`), so filters Spark pushes (``df.where(...)``) are handed
+(see :mod:`pipelines.source.reader`), so filters Spark pushes (``df.where(...)``) are handed
 back to Spark and prune nothing; the ``filter``/``prune_filter`` options and
 ``read_partitioned(filter=...)`` prune. :func:`register_data_source` probes once per
 Spark version whether pushed filters are kept per scan, and only then registers the
@@ -57,14 +57,14 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.storage.history import version_at
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
-from pipelines.read.reader import LancePartitionedReader, PerScanPushdownReader
-from pipelines.read.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.read_options import read_schema
 from pipelines.session import is_connect
 from pipelines.session_calls import register_bound
 from pipelines.shared_roots import check_source_root, is_relative_path
+from pipelines.source.reader import LancePartitionedReader, PerScanPushdownReader
+from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
+from pipelines.source.writer import LancePartitionedWriter, root_in_schema, with_root
 from pipelines.spark_errors import hide_worker_traceback
-from pipelines.write.source_writer import LancePartitionedWriter, root_in_schema, with_root
 
 __all__ = [
     "READ_OPTIONS",
@@ -210,7 +210,7 @@ class LancePartitionedDataSource(DataSource):
             if (options.get("with_row_address") or "false").lower() == "true":
                 schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
             if "nearest" in options:
-                from pipelines.read.nearest import nearest_schema
+                from pipelines.source.nearest import nearest_schema
 
                 schema = nearest_schema(schema)
             if "provider" in options:  # CREATE TABLE ... USING lance_partitioned: Spark stores this schema
@@ -223,7 +223,7 @@ class LancePartitionedDataSource(DataSource):
             ns = self._namespace(schema)
             options = _lower(self.options)
             if "nearest" in options:
-                from pipelines.read.nearest import NearestReader
+                from pipelines.source.nearest import NearestReader
 
                 return NearestReader(ns, schema, options)
             return self.reader_class(ns, schema, options)

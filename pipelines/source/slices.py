@@ -4,7 +4,7 @@ A :class:`TableSlice` is one partition table (or a group of its fragments) at th
 ``__manifest`` records for it; :func:`read_slice` opens it there and :func:`read_table`
 streams its rows, reconciled with the namespace schema by field id
 (:func:`partitioning.storage.alignment.reconcile`) and filtered with Spark's semantics. The
-data source's tasks (:mod:`pipelines.read.reader`), the storage-partitioned join, the driver's
+data source's tasks (:mod:`pipelines.source.reader`), the storage-partitioned join, the driver's
 local reads and the small rewrites all read rows through here.
 """
 
