@@ -359,7 +359,7 @@ def test_a_task_refresh_racing_the_release_does_not_revive_the_lease(tmp_path: P
     PartitionedNamespace.create(root, SCHEMA, ["p"])
     ref = leases.take_lease(root)
     assert ref is not None
-    beat = leases._Heartbeat("", ref.write_id, leases.HEARTBEAT_INTERVAL, ref)
+    beat = leases.Heartbeat("", ref.write_id, leases.HEARTBEAT_INTERVAL, ref)
     beat._create = False
     real_beat = beat.beat
 

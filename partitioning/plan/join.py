@@ -34,12 +34,12 @@ from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace, PartitionTable
 from partitioning.plan.join_columns import JoinType, validate_join
 from partitioning.plan.join_keys import (
+    KeyFields,
     KeyGrouping,
     Side,
     Version,
-    _joinable_type,
-    _key_fields,
-    _KeyFields,
+    joinable_type,
+    key_fields,
     key_grouping,
 )
 from partitioning.spec.partition_spec import PartitionSpec
@@ -145,12 +145,12 @@ class JoinPlan:
         return self.summary
 
 
-def _versions(left: JoinSide, right: JoinSide, key: str) -> dict[Version, _KeyFields]:
-    out: dict[Version, _KeyFields] = {}
+def _versions(left: JoinSide, right: JoinSide, key: str) -> dict[Version, KeyFields]:
+    out: dict[Version, KeyFields] = {}
     for label, side in (("left", left), ("right", right)):
         source_id = side.schema.id_of(key)
         for spec_id in side.versions:
-            out[(label, spec_id)] = _key_fields(side.specs[spec_id], source_id)
+            out[(label, spec_id)] = key_fields(side.specs[spec_id], source_id)
     return out
 
 
@@ -180,7 +180,7 @@ def plan_join(left: JoinSide, right: JoinSide, on: str | Sequence[str], how: str
         if pa.types.is_floating(lt):
             reasons.append(f"key {k!r} is {lt}: Spark's join equates -0.0 with 0.0 and NaN with NaN, partitions do not")
             continue
-        if not _joinable_type(lt):
+        if not joinable_type(lt):
             reasons.append(f"key {k!r} of type {lt} cannot be joined partition-wise")
             continue
         grouping, why = key_grouping(k, lt, _versions(left, right, k))

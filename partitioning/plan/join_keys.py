@@ -62,7 +62,7 @@ Sources = dict[Version, tuple[tuple[str, bool], ...]]  # per version: (field_id,
 
 
 @dataclass(frozen=True)
-class _KeyFields:
+class KeyFields:
     """The single-source partition fields of one spec version on one key column."""
 
     identity: str | None = None
@@ -82,8 +82,8 @@ class _KeyFields:
         return "+".join(parts) if parts else "no partition field on it"
 
 
-def _key_fields(spec: PartitionSpec, source_id: int) -> _KeyFields:
-    out = _KeyFields()
+def key_fields(spec: PartitionSpec, source_id: int) -> KeyFields:
+    out = KeyFields()
     identity = None
     for f in spec.fields:
         t = f.transform
@@ -97,7 +97,7 @@ def _key_fields(spec: PartitionSpec, source_id: int) -> _KeyFields:
             out.truncates.setdefault(t.width, f.field_id)
         elif t.name in _TIME_TRANSFORMS:
             out.times.setdefault(t.name, f.field_id)
-    return _KeyFields(identity, out.buckets, out.truncates, out.times)
+    return KeyFields(identity, out.buckets, out.truncates, out.times)
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class KeyGrouping:
         return transform.apply(pa.array(values, type=self.key_type)).to_pylist()
 
 
-def _joinable_type(t: pa.DataType) -> bool:
+def joinable_type(t: pa.DataType) -> bool:
     """Key types whose equality is the same in Spark, in partition values and in Arrow's join."""
     return is_hashable_type(t) and not pa.types.is_floating(t)
 
@@ -169,7 +169,7 @@ def _label(v: Version) -> str:
     return f"{v[0]} v{v[1]}"
 
 
-def _source(kf: _KeyFields, direct: str | None) -> tuple[str, bool]:
+def _source(kf: KeyFields, direct: str | None) -> tuple[str, bool]:
     """Read a component from the field ``direct``, or derive it from the identity field."""
     if direct is not None:
         return direct, False
@@ -178,7 +178,7 @@ def _source(kf: _KeyFields, direct: str | None) -> tuple[str, bool]:
 
 
 def key_grouping(
-    key: str, key_type: pa.DataType, versions: Mapping[Version, _KeyFields]
+    key: str, key_type: pa.DataType, versions: Mapping[Version, KeyFields]
 ) -> tuple[KeyGrouping | None, str]:
     """The finest grouping of ``key`` every version can compute, or None and why not."""
     if not versions:

@@ -64,7 +64,6 @@ _INFIX = {
     "<<": 55, ">>": 55,
     "&": 50, "^": 45, "|": 40,
 }  # fmt: skip
-_PREDICATE_BP = 30
 
 
 class _Parser(AtomParser):

@@ -280,7 +280,7 @@ def carry_indexes(
             if isinstance(op, LanceOperation.CreateIndex):
                 added.update({i.uuid: (i, txn.read_version) for i in op.new_indices if i.uuid in present})
                 replaced.update({i.uuid: i for i in op.removed_indices if i.uuid not in present})
-            elif not isinstance(op, LanceOperation.Restore) and not _ours(txn):
+            elif not isinstance(op, LanceOperation.Restore) and not is_own_commit(txn):
                 foreign.append(number)
         if foreign:
             _log.warning(
@@ -311,7 +311,7 @@ def carry_indexes(
     return int(ds.version)
 
 
-def _ours(txn: Any) -> bool:
+def is_own_commit(txn: Any) -> bool:
     return txn is not None and (txn.transaction_properties or {}).get(_MESSAGE_KEY) == COMMIT_MESSAGE
 
 

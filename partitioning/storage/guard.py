@@ -43,7 +43,7 @@ from lance.fragment import FragmentMetadata
 
 from partitioning.errors import ConcurrentModification, PartitioningError, first_line
 from partitioning.storage.lease_files import LEASE_TTL, VACUUM, Lease, list_leases
-from partitioning.storage.leases import HEARTBEAT_INTERVAL, LeaseRef, _Heartbeat, held_lease
+from partitioning.storage.leases import HEARTBEAT_INTERVAL, Heartbeat, LeaseRef, held_lease
 from partitioning.storage.roots import filesystem_of
 
 __all__ = ["SETTLE_TIMEOUT", "Guard", "Reference", "ReferenceGone", "guarded", "missing_references"]
@@ -84,7 +84,7 @@ class Guard:
         self,
         root: str,
         storage_options: Mapping[str, str] | None,
-        beat: _Heartbeat | None,
+        beat: Heartbeat | None,
         *,
         stored: dt.datetime | None = None,
     ) -> None:

@@ -37,8 +37,8 @@ __all__ = [
 Options: TypeAlias = Mapping[str, str] | None
 LEASE_DIR = "_writes"
 LEASE_TTL = dt.timedelta(minutes=10)
-_SUFFIX = ".json"
-_ENDED = ".ended"  # "<lease>.json.ended": the write ended; a task's late refresh must not revive it
+LEASE_SUFFIX = ".json"
+ENDED_SUFFIX = ".ended"  # "<lease>.json.ended": the write ended; a task's late refresh must not revive it
 WRITE = "write"
 VACUUM = "vacuum"
 
@@ -60,26 +60,31 @@ class Lease:
         return now - self.seen < LEASE_TTL
 
 
-def _utc(t: dt.datetime) -> dt.datetime:
+def as_utc(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+def _lease_files(root: str, storage_options: Options) -> tuple[pafs.FileSystem, str, list[pafs.FileInfo]]:
+    """The lease directory's URI under ``root`` and the files in it (none if it is absent)."""
+    directory = join_uri(resolve_root(root), LEASE_DIR)
+    fs, path = filesystem_of(directory, storage_options)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except FileNotFoundError:
+        infos = []
+    return fs, directory, [i for i in infos if i.type == pafs.FileType.File]
 
 
 def ended_marks(root: str, now: dt.datetime, storage_options: Options = None) -> list[str]:
     """The end marks :func:`partitioning.storage.leases.release_lease` left that are older than
     :data:`LEASE_TTL`: no task of their write can still refresh, so vacuum deletes them."""
-    root = resolve_root(root)
-    fs, path = filesystem_of(join_uri(root, LEASE_DIR), storage_options)
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    except FileNotFoundError:
-        return []
+    _, directory, infos = _lease_files(root, storage_options)
     return [
-        join_uri(join_uri(root, LEASE_DIR), info.base_name)
+        join_uri(directory, info.base_name)
         for info in infos
-        if info.type == pafs.FileType.File
-        and info.base_name.endswith(_SUFFIX + _ENDED)
+        if info.base_name.endswith(LEASE_SUFFIX + ENDED_SUFFIX)
         and info.mtime is not None
-        and now - _utc(info.mtime) >= LEASE_TTL
+        and now - as_utc(info.mtime) >= LEASE_TTL
     ]
 
 
@@ -87,9 +92,9 @@ def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:
     """A lease from its file; an unreadable one (a write half done) protects everything."""
     try:
         body = json.loads(raw)
-        started = _utc(dt.datetime.fromisoformat(body["started"]))
-        heartbeat = _utc(dt.datetime.fromisoformat(body["heartbeat"]))
-        first = _utc(dt.datetime.fromisoformat(body["stored"])) if body.get("stored") else None
+        started = as_utc(dt.datetime.fromisoformat(body["started"]))
+        heartbeat = as_utc(dt.datetime.fromisoformat(body["heartbeat"]))
+        first = as_utc(dt.datetime.fromisoformat(body["stored"])) if body.get("stored") else None
         stored = first or started
         write_id = body.get("write_id")
         kind = body.get("kind", WRITE)
@@ -104,23 +109,18 @@ def _parse(uri: str, raw: bytes, mtime: dt.datetime) -> Lease:
 
 def list_leases(root: str, storage_options: Options = None) -> list[Lease]:
     """Every lease under ``root``, live or expired (see :meth:`Lease.live`)."""
-    root = resolve_root(root)
-    fs, path = filesystem_of(join_uri(root, LEASE_DIR), storage_options)
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    except FileNotFoundError:
-        return []
+    fs, directory, infos = _lease_files(root, storage_options)
     out = []
     for info in infos:
-        if info.type != pafs.FileType.File or not info.base_name.endswith(_SUFFIX) or info.base_name.startswith("."):
+        if not info.base_name.endswith(LEASE_SUFFIX) or info.base_name.startswith("."):
             continue
-        mtime = _utc(info.mtime) if info.mtime is not None else dt.datetime.now(dt.UTC)
+        mtime = as_utc(info.mtime) if info.mtime is not None else dt.datetime.now(dt.UTC)
         try:
             with fs.open_input_stream(info.path) as stream:
                 raw = stream.read()
         except FileNotFoundError:
             continue  # the write ended while we listed
-        out.append(_parse(join_uri(join_uri(root, LEASE_DIR), info.base_name), raw, mtime))
+        out.append(_parse(join_uri(directory, info.base_name), raw, mtime))
     return out
 
 

@@ -41,13 +41,13 @@ import pyarrow.fs as pafs
 
 from partitioning.errors import PartitioningError
 from partitioning.storage.lease_files import (
-    _ENDED,
-    _SUFFIX,
+    ENDED_SUFFIX,
     LEASE_DIR,
+    LEASE_SUFFIX,
     VACUUM,
     WRITE,
     Options,
-    _utc,
+    as_utc,
 )
 from partitioning.storage.paths import contained, join_uri
 from partitioning.storage.roots import filesystem_of, resolve_root
@@ -79,7 +79,7 @@ def _write_json(fs: pafs.FileSystem, path: str, body: Mapping[str, object]) -> N
             out.write(data)
 
 
-class _Heartbeat:
+class Heartbeat:
     """The lease file of one write and the thread that keeps it fresh."""
 
     def __init__(
@@ -94,7 +94,9 @@ class _Heartbeat:
         bases: tuple[int, ...] = (),
     ) -> None:
         self.root = ref.root if ref else resolve_root(root)
-        self.uri = ref.uri if ref else join_uri(join_uri(self.root, LEASE_DIR), f"{secrets.token_hex(12)}{_SUFFIX}")
+        self.uri = (
+            ref.uri if ref else join_uri(join_uri(self.root, LEASE_DIR), f"{secrets.token_hex(12)}{LEASE_SUFFIX}")
+        )
         self.storage_options = dict(ref.storage_options) if ref else dict(storage_options or {})
         self.fs, self.path = filesystem_of(self.uri, self.storage_options)
         self.write_id = ref.write_id if ref else write_id
@@ -133,14 +135,14 @@ class _Heartbeat:
             self.bases = (*self.bases, int(version))
             self.beat()
             mtime = self.fs.get_file_info(self.path).mtime
-            self.based = _utc(mtime) if mtime is not None else None
+            self.based = as_utc(mtime) if mtime is not None else None
 
     def store(self) -> None:
         self.fs.create_dir(self.path.rsplit("/", 1)[0])
         self.beat()
         mtime = self.fs.get_file_info(self.path).mtime
         if mtime is not None:
-            self.stored = _utc(mtime)
+            self.stored = as_utc(mtime)
             self.beat()
 
     def start(self, *, create: bool = True) -> None:
@@ -162,7 +164,7 @@ class _Heartbeat:
         if self.fs.get_file_info(self.path).type == pafs.FileType.NotFound:
             return False
         self.beat()
-        if self.fs.get_file_info(self.path + _ENDED).type != pafs.FileType.NotFound:
+        if self.fs.get_file_info(self.path + ENDED_SUFFIX).type != pafs.FileType.NotFound:
             self.remove()
             return False
         return True
@@ -205,12 +207,12 @@ def held_lease(
     interval: dt.timedelta = HEARTBEAT_INTERVAL,
     kind: str = WRITE,
     bases: tuple[int, ...] = (),
-) -> Iterator[_Heartbeat | None]:
+) -> Iterator[Heartbeat | None]:
     """A lease stored under ``root`` and kept fresh by a thread for the block; None (with a
     warning) when it cannot be stored (a read-only or unreachable store)."""
-    beat: _Heartbeat | None = None
+    beat: Heartbeat | None = None
     try:
-        beat = _Heartbeat(root, write_id, interval, storage_options=storage_options, kind=kind, bases=bases)
+        beat = Heartbeat(root, write_id, interval, storage_options=storage_options, kind=kind, bases=bases)
         beat.start()
     except (OSError, ValueError) as exc:
         _log.warning("could not store a %s lease under %s (vacuum cannot see this %s): %s", kind, root, kind, exc)
@@ -244,7 +246,7 @@ def write_lease(
 
 
 @contextmanager
-def vacuum_lease(root: str, storage_options: Mapping[str, str] | None = None) -> Iterator[_Heartbeat | None]:
+def vacuum_lease(root: str, storage_options: Mapping[str, str] | None = None) -> Iterator[Heartbeat | None]:
     """Vacuum's own lease while it deletes: it protects nothing; an operation whose lease
     was stored before it (and may not have been seen) waits for it to end before committing."""
     with held_lease(root, storage_options, kind=VACUUM) as beat:
@@ -274,7 +276,7 @@ def take_lease(
     The reference carries ``storage_options``, so tasks reach the lease on the same store,
     and ``bases`` (the ``__manifest`` versions the write builds on), which every refresh keeps."""
     try:
-        beat = _Heartbeat(root, write_id, HEARTBEAT_INTERVAL, storage_options=storage_options, bases=bases)
+        beat = Heartbeat(root, write_id, HEARTBEAT_INTERVAL, storage_options=storage_options, bases=bases)
         beat.store()
     except (OSError, ValueError) as exc:
         _log.warning("could not store a write lease under %s (vacuum cannot see this write): %s", root, exc)
@@ -289,7 +291,7 @@ def keep_alive(ref: LeaseRef | None, interval: dt.timedelta = HEARTBEAT_INTERVAL
     if ref is None:
         yield
         return
-    beat = _Heartbeat("", ref.write_id, interval, ref)
+    beat = Heartbeat("", ref.write_id, interval, ref)
     try:
         beat.start(create=False)
     except (OSError, ValueError) as exc:
@@ -309,10 +311,10 @@ def release_lease(ref: LeaseRef | None) -> None:
     deletes marks older than :data:`partitioning.storage.lease_files.LEASE_TTL`."""
     if ref is None:
         return
-    beat = _Heartbeat("", ref.write_id, HEARTBEAT_INTERVAL, ref)
+    beat = Heartbeat("", ref.write_id, HEARTBEAT_INTERVAL, ref)
     try:
         contained(beat.root, beat.uri)
-        with beat.fs.open_output_stream(beat.path + _ENDED) as out:
+        with beat.fs.open_output_stream(beat.path + ENDED_SUFFIX) as out:
             out.write(b"")
     except (OSError, PartitioningError) as exc:
         _log.warning("could not mark the end of the write lease %s: %s", ref.uri, exc)

@@ -26,7 +26,8 @@ import pyarrow.fs as pafs
 from lance import LanceOperation
 
 from partitioning.errors import PartitioningError, translate_lance_errors
-from partitioning.storage.alignment import _ours
+from partitioning.storage.alignment import is_own_commit
+from partitioning.storage.lease_files import as_utc
 from partitioning.storage.locations import MODEL_DIR, TABLE_DIR_RE
 from partitioning.storage.manifest import MANIFEST_DIR
 from partitioning.storage.paths import contained, join_uri, location_problem
@@ -198,7 +199,7 @@ def made_here(ds: lance.LanceDataset, after: int, recorded: Iterable[int | None]
     after_restore, valid = False, True
     for version in range(after + 1, ds.latest_version + 1):
         txn = _transaction(ds, version)
-        if _ours(txn) or version in marked:
+        if is_own_commit(txn) or version in marked:
             closes = txn is not None and txn.read_version == version - 1 and isinstance(txn.operation, _CLOSING)
             ours.update(_run_ours(run, after_restore, closes) if valid else ())
             ours.add(version)
@@ -243,10 +244,6 @@ class TableFiles:
         return max(times) if times else None
 
 
-def _utc(t: dt.datetime) -> dt.datetime:
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
-
-
 def table_files(uri: str, storage_options: Mapping[str, str] | None = None) -> TableFiles | None:
     """The Lance files under the table directory ``uri`` (None if it does not exist)."""
     fs, path = filesystem_of(uri, storage_options)
@@ -266,7 +263,7 @@ def table_files(uri: str, storage_options: Mapping[str, str] | None = None) -> T
         for entry in fs.get_file_info(pafs.FileSelector(top.path, recursive=True, allow_not_found=True)):
             relative = entry.path[len(path) :].lstrip("/")
             if entry.type == pafs.FileType.File:
-                files.append((join_uri(uri, relative), _utc(entry.mtime) if entry.mtime is not None else None))
+                files.append((join_uri(uri, relative), as_utc(entry.mtime) if entry.mtime is not None else None))
             elif entry.type == pafs.FileType.Directory:
                 dirs.append(join_uri(uri, relative))
     dirs.sort(key=lambda d: d.count("/"), reverse=True)

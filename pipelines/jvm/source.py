@@ -44,7 +44,7 @@ from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanPlan
 from partitioning.storage.roots import storage_options_from
 from pipelines.read.local import local_table
-from pipelines.source.datasource import LancePartitionedDataSource, _lower, _one_line
+from pipelines.source.datasource import LancePartitionedDataSource, lowered_options, one_line_errors
 from pipelines.source.reader import LancePartitionedReader
 from pipelines.source.slices import TableSlice
 
@@ -79,13 +79,13 @@ class BridgeSource(LancePartitionedDataSource):
         self._prune: Filter = TrueFilter()
 
     def _lp(self, key: str) -> str | None:
-        return _lower(self.options).get(f"lp.{key}")
+        return lowered_options(self.options).get(f"lp.{key}")
 
     def schema(self) -> StructType:
         call = self._lp("call")
         if call is None:
             return super().schema()
-        with _one_line():
+        with one_line_errors():
             if call == "plan":
                 return answer(self._plan_scan())
             from pipelines.jvm.catalog import call_catalog
@@ -93,11 +93,11 @@ class BridgeSource(LancePartitionedDataSource):
             args = json.loads(self._lp("args") or "{}")
             if not isinstance(args, dict):
                 raise InvalidInput("lp.args must be a JSON object")
-            return answer(call_catalog(call, args, storage_options_from(_lower(self.options))))
+            return answer(call_catalog(call, args, storage_options_from(lowered_options(self.options))))
 
     # -- scans ------------------------------------------------------------------------------
     def _namespace_at_pin(self) -> PartitionedNamespace:
-        options = _lower(self.options)
+        options = lowered_options(self.options)
         root = options.get("path")
         if not root:
             raise InvalidInput("the JVM layer named no root (option path)")
@@ -107,9 +107,9 @@ class BridgeSource(LancePartitionedDataSource):
         )
 
     def _plan_scan(self) -> dict[str, Any]:
-        from pipelines.source.datasource import READ_OPTIONS, _check_options
+        from pipelines.source.datasource import READ_OPTIONS, check_options
 
-        _check_options({k: v for k, v in self.options.items() if not k.lower().startswith("lp.")}, READ_OPTIONS, "read")
+        check_options({k: v for k, v in self.options.items() if not k.lower().startswith("lp.")}, READ_OPTIONS, "read")
         ns = self._namespace_at_pin()
         self.pinned_version = ns.manifest_version
         arrow = ns.namespace_schema.arrow
@@ -143,9 +143,9 @@ class BridgeSource(LancePartitionedDataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         if self._plan is None:
             return super().reader(schema)
-        with _one_line():
+        with one_line_errors():
             ns = self._namespace_at_pin()
-            options = _lower(self.options)
+            options = lowered_options(self.options)
             return LancePartitionedReader.of_plan(
                 ns, schema, options, self._plan.tasks, exact=self._exact, prune=self._prune
             )
@@ -154,7 +154,7 @@ class BridgeSource(LancePartitionedDataSource):
         mode = self._lp("write")
         if mode is None:
             return super().writer(schema, overwrite)
-        with _one_line():
+        with one_line_errors():
             from pipelines.jvm.write import bridge_writer
 
             return bridge_writer(mode, dict(self.options), schema, overwrite)

@@ -36,7 +36,7 @@ from partitioning.sql.predicates import predicates_from_json
 from partitioning.sql.rowfilter import arrow_predicate
 from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
-from partitioning.storage.leases import keep_alive, release_lease, take_lease
+from partitioning.storage.leases import release_lease, take_lease
 from partitioning.storage.roots import storage_options_from
 from partitioning.tables.fragments import FragmentWriter, add_partition_columns
 from partitioning.tables.messages import part_column
@@ -44,7 +44,7 @@ from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_t
 from partitioning.tables.write import commit_write, conform_table
 from pipelines.jvm.drop import drop_matching
 from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
-from pipelines.source.writer import LancePartitionedWriter, _reported
+from pipelines.source.writer import LancePartitionedWriter, fragment_messages, reported_errors
 
 __all__ = ["bridge_writer"]
 
@@ -98,7 +98,7 @@ class DeltaWriter(DataSourceArrowWriter):
     """The row changes of one SQL DML statement (see the module)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        with _reported("prepare the statement's write"):
+        with reported_errors("prepare the statement's write"):
             self.root = options["path"]
             self.storage_options = storage_options_from(options)
             self.command = _COMMANDS.get((options.get("lp.command") or "").upper(), "MERGE")
@@ -117,7 +117,7 @@ class DeltaWriter(DataSourceArrowWriter):
             self.lease = take_lease(ns.root, storage_options=ns.storage_options, bases=(self.base_version,))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Changes:
-        with _reported(f"{self.command} on {self.root}"):
+        with reported_errors(f"{self.command} on {self.root}"):
             tables: list[str] = []
             addresses: list[int] = []
             updated = [0]
@@ -137,17 +137,12 @@ class DeltaWriter(DataSourceArrowWriter):
                         rows = conform_table(new.select(self.data_columns), self.schema)
                         yield from add_partition_columns(rows, self.spec.fields, self.schema).to_batches()
 
-            with keep_alive(self.lease):
-                batches = list(self.fragment_writer(inserted()))
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, self.fragment_writer.output_schema) as out:
-                for b in batches:
-                    out.write_batch(b)
-            return _Changes(sink.getvalue().to_pybytes(), tuple(tables), tuple(int(a) for a in addresses), updated[0])
+            ipc = fragment_messages(self.fragment_writer, self.lease, inserted())
+            return _Changes(ipc, tuple(tables), tuple(int(a) for a in addresses), updated[0])
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         try:
-            with _reported(f"commit the {self.command} on {self.root}"):
+            with reported_errors(f"commit the {self.command} on {self.root}"):
                 self._commit([m for m in messages if isinstance(m, _Changes)])
         finally:
             release_lease(self.lease)
@@ -198,7 +193,7 @@ class ReplaceWriter(LancePartitionedWriter):
         self.condition_json = condition_json
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        with _reported(f"commit the overwrite of {self.root}"):
+        with reported_errors(f"commit the overwrite of {self.root}"):
             _, combined = self.fragments(messages)
             ns = PartitionedNamespace.load(self.root, self.storage_options)
             condition = bind(predicates_from_json(self.condition_json), ns.namespace_schema.arrow, _DIALECT)
@@ -253,7 +248,7 @@ class DeleteTablesWriter(DataSourceWriter):
         raise InvalidInput("a metadata-only delete writes no rows")
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        with _reported(f"delete from {self.options.get('path')}"):
+        with reported_errors(f"delete from {self.options.get('path')}"):
             drop_matching(
                 self.options["path"],
                 self.options.get("lp.exact"),

@@ -146,7 +146,7 @@ def relative_path_missing(path: str, connect: bool) -> str:
 _CATALOG_KEYS = ("location", "provider", "owner", "external", "is_managed_location")
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
+def lowered_options(options: Mapping[str, str]) -> dict[str, str]:
     """Options with lower-case keys; a catalog table's ``option.<k>`` as ``k``, its location as path."""
     out = {}
     for key, value in options.items():
@@ -175,7 +175,7 @@ class LancePartitionedDataSource(DataSource):
         self.pinned_version: int | None = None
 
     def _namespace(self, schema: StructType | None = None) -> PartitionedNamespace:
-        options = _lower(self.options)
+        options = lowered_options(self.options)
         root = options.get("path") or (root_in_schema(schema) if schema is not None else None)
         if not root:
             raise SpecError("load(path) is required: the namespace root")
@@ -201,11 +201,11 @@ class LancePartitionedDataSource(DataSource):
             raise
 
     def schema(self) -> StructType:
-        with _one_line():
-            _check_options(self.options, READ_OPTIONS, "read")
+        with one_line_errors():
+            check_options(self.options, READ_OPTIONS, "read")
             ns = self._namespace()
             self.pinned_version = ns.manifest_version  # pickled with this object: every scan reads it
-            options = _lower(self.options)
+            options = lowered_options(self.options)
             schema = read_schema(ns.namespace_schema, options.get("columns"))
             if (options.get("with_row_address") or "false").lower() == "true":
                 schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
@@ -218,10 +218,10 @@ class LancePartitionedDataSource(DataSource):
             return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        with _one_line():
-            _check_options(self.options, READ_OPTIONS, "read")
+        with one_line_errors():
+            check_options(self.options, READ_OPTIONS, "read")
             ns = self._namespace(schema)
-            options = _lower(self.options)
+            options = lowered_options(self.options)
             if "nearest" in options:
                 from pipelines.source.nearest import NearestReader
 
@@ -229,9 +229,9 @@ class LancePartitionedDataSource(DataSource):
             return self.reader_class(ns, schema, options)
 
     def writer(self, schema: StructType, overwrite: bool) -> LancePartitionedWriter:
-        options = _lower(self.options)
+        options = lowered_options(self.options)
         path = options.get("path")
-        with _one_line():
+        with one_line_errors():
             if path:
                 check_source_root(path, self.session_master, self.session_connect)
             return new_writer(dict(self.options), schema, overwrite, self.session_connect)
@@ -242,7 +242,7 @@ def new_writer(
 ) -> LancePartitionedWriter:
     """The data source writer; a relative path with no namespace (and no ``partition_by``) says
     where it was looked for."""
-    lowered = _lower(options)
+    lowered = lowered_options(options)
     path = lowered.get("path")
     try:
         return LancePartitionedWriter(options, schema, overwrite)
@@ -263,7 +263,7 @@ def _namespace_at(path: str, options: Mapping[str, str]) -> bool:
 
 
 @contextmanager
-def _one_line() -> Iterator[None]:
+def one_line_errors() -> Iterator[None]:
     """Our errors raised while Spark plans the source (a Python worker) are reported without
     the worker's traceback: Spark's prefix, then ``partitioning.errors.X: <line>``."""
     try:
@@ -273,9 +273,9 @@ def _one_line() -> Iterator[None]:
         raise
 
 
-def _check_options(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
+def check_options(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
     known = {a.lower() for a in (*allowed, *_CATALOG_KEYS)}
-    unknown = sorted(k for k in _lower(options) if k not in known and not k.startswith(STORAGE_OPTION_PREFIX))
+    unknown = sorted(k for k in lowered_options(options) if k not in known and not k.startswith(STORAGE_OPTION_PREFIX))
     if unknown:
         raise InvalidInput(
             f"unknown {what} option {unknown[0]!r} for format lance_partitioned; {what} options are: "

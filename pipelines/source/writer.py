@@ -57,7 +57,7 @@ from partitioning.errors import InvalidInput, PartitioningError, SpecError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.partition_by import parse_partition_by
 from partitioning.storage.guard import Guard
-from partitioning.storage.leases import keep_alive, release_lease, take_lease
+from partitioning.storage.leases import LeaseRef, keep_alive, release_lease, take_lease
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.paths import check_namespace_root, check_new_root
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, storage_options_from
@@ -73,6 +73,7 @@ __all__ = [
     "SESSION_OVERWRITE_MODE",
     "WRITE_OPTIONS",
     "LancePartitionedWriter",
+    "fragment_messages",
     "root_in_schema",
     "with_root",
     "writer_options",
@@ -169,7 +170,7 @@ def _partition_by(text: str) -> list[str]:
 
 
 @contextmanager
-def _reported(action: str) -> Iterator[None]:
+def reported_errors(action: str) -> Iterator[None]:
     """Errors leave as one-line :class:`PartitioningError` s (others are wrapped, chained).
 
     Inside a Spark Python worker, which reports the error and exits, the traceback is
@@ -186,6 +187,18 @@ def _reported(action: str) -> Iterator[None]:
         raise PartitioningError(f"{action}: {type(exc).__name__}: {first}".rstrip(": ")) from exc
 
 
+def fragment_messages(writer: FragmentWriter, lease: LeaseRef | None, rows: Iterator[pa.RecordBatch]) -> bytes:
+    """One task's rows (with their partition columns) written as fragments while the task
+    keeps the write's lease alive; the commit messages as Arrow IPC bytes for the driver."""
+    with keep_alive(lease):
+        batches = list(writer(rows))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, writer.output_schema) as out:
+        for b in batches:
+            out.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
 @dataclass(frozen=True)
 class _Messages(WriterCommitMessage):
     """One task's commit messages (Arrow IPC bytes), and the session's overwrite mode it saw."""
@@ -197,7 +210,7 @@ class _Messages(WriterCommitMessage):
 class LancePartitionedWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         root = next((v for k, v in options.items() if k.lower() == "path"), None)
-        with _reported(f"write to {root}"):
+        with reported_errors(f"write to {root}"):
             if not root:
                 hint = root_in_schema(schema) or "<root>"
                 raise SpecError(
@@ -271,22 +284,17 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Messages:
-        with _reported(f"write to {self.root}"):
+        with reported_errors(f"write to {self.root}"):
 
             def keyed() -> Iterator[pa.RecordBatch]:
                 for batch in iterator:
                     table = conform_table(pa.Table.from_batches([batch]), self.schema)
                     yield from add_partition_columns(table, self.fields, self.schema).to_batches()
 
-            with keep_alive(self.lease):
-                batches = list(self.fragment_writer(keyed()))
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, self.fragment_writer.output_schema) as out:
-                for b in batches:
-                    out.write_batch(b)
+            ipc = fragment_messages(self.fragment_writer, self.lease, keyed())
             context = TaskContext.get()
             session = context.getLocalProperty(SESSION_OVERWRITE_MODE) if context is not None else None
-            return _Messages(sink.getvalue().to_pybytes(), session)
+            return _Messages(ipc, session)
 
     def effective_mode(self, messages: list[_Messages]) -> str:
         """The write mode; for ``overwrite`` without the option, the session's setting the tasks saw."""
@@ -321,7 +329,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         return ours, pa.concat_tables(tables) if tables else self.fragment_writer.output_schema.empty_table()
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        with _reported(f"commit the write to {self.root}"):
+        with reported_errors(f"commit the write to {self.root}"):
             ours, combined = self.fragments(messages)
             ns = PartitionedNamespace.load(self.root, self.storage_options)
             commit_write(
