@@ -46,7 +46,7 @@ run: $(STAMP) $(JAR)
 		$(QUIET_JVM)
 
 test: $(STAMP) $(JAR)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-slow: $(STAMP) $(JAR)
 	$(PY) -m pytest -q -m slow
