@@ -14,6 +14,8 @@ draws the arrows and ``tests/test_architecture.py`` holds the code to them):
 - :mod:`partitioning.tables` (writes, rewrites, maintenance, restore),
   :mod:`partitioning.search` (vectors and indexes) and :mod:`partitioning.plan` (joins,
   metadata tables): the operations, which never import each other.
+- :mod:`partitioning.service`: the namespace as Lance namespace clients see it
+  (``lance_namespace.connect("partitioned", {"root": ...})``, registered below).
 
 This module keeps the public names; imports from the modules are private and may move.
 """
@@ -23,6 +25,8 @@ import os
 # pylance logs a warning for every fragment written to a not-yet-created dataset, which
 # is every new partition; keep its Rust log to errors unless the user chose a level.
 os.environ.setdefault("LANCE_LOG", "error")
+
+from lance_namespace import register_namespace_impl
 
 from partitioning.errors import (
     ConcurrentModification,
@@ -34,6 +38,7 @@ from partitioning.errors import (
     SchemaError,
     SpecError,
     TableNotFound,
+    Unsupported,
 )
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
 from partitioning.spec.partition_by import parse_partition_by
@@ -58,6 +63,9 @@ __all__ = [
     "TableCommit",
     "TableNotFound",
     "Transform",
+    "Unsupported",
     "parse_partition_by",
     "parse_transform",
 ]
+
+register_namespace_impl("partitioned", "partitioning.service.namespace_api.PartitionedLanceNamespace")

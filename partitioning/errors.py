@@ -20,6 +20,7 @@ from lance_namespace.errors import (
     NamespaceAlreadyExistsError,
     NamespaceNotFoundError,
     TableNotFoundError,
+    UnsupportedOperationError,
 )
 
 
@@ -57,6 +58,11 @@ class ConcurrentModification(PartitioningError, ConcurrentModificationError):
 
 class CorruptNamespace(PartitioningError, InvalidTableStateError):
     """The stored namespace metadata cannot be parsed (code 19)."""
+
+
+class Unsupported(PartitioningError, UnsupportedOperationError):
+    """An operation a partitioned namespace refuses, such as a namespace client's direct
+    table change that would bypass ``__manifest`` (code 0)."""
 
 
 _RUST_LOCATION = re.compile(r",?\s*/\S+\.rs:\d+:\d+")

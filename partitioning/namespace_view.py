@@ -22,7 +22,7 @@ from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, Filter
 from partitioning.sql.from_sql import parse_filter
 from partitioning.state.commit_rows import committed_write_ids
-from partitioning.state.describe import describe_namespace, layout, list_indexes
+from partitioning.state.describe import children, describe_namespace, layout, list_indexes
 from partitioning.state.namespace_state import NamespaceState
 from partitioning.state.partition_tables import PartitionTable, open_partition_table
 from partitioning.state.scan import ScanPlan, plan_tables
@@ -119,6 +119,11 @@ class NamespaceView:
     def describe_namespace(self, id_list: Sequence[str]) -> dict[str, str]:
         """Runtime properties (SPEC-NOTES 17) of a namespace: the root, ``v<N>``, or a partition namespace."""
         return describe_namespace(self._state, self.root, id_list)
+
+    def children(self, id_list: Sequence[str]) -> tuple[list[str], list[str]]:
+        """The child namespaces and tables of a namespace (``[]``: the root), sorted
+        (:func:`partitioning.state.describe.children`)."""
+        return children(self._state, self.root, id_list)
 
     def layout(self) -> str:
         """A readable tree of spec versions, partition namespaces and tables."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from partitioning.errors import NamespaceNotFound
 from partitioning.spec.schema import NamespaceSchema
@@ -17,7 +18,7 @@ from partitioning.storage.alignment import dataset_columns
 from partitioning.storage.locations import spec_id_of
 from partitioning.storage.manifest import partition_column
 
-__all__ = ["describe_namespace", "format_partition_value", "layout", "list_indexes"]
+__all__ = ["children", "describe_namespace", "format_partition_value", "layout", "list_indexes"]
 
 
 def format_partition_value(value: Any) -> str | None:
@@ -53,6 +54,28 @@ def describe_namespace(state: NamespaceState, root: str, id_list: Sequence[str])
     level_field = spec.fields[len(ids) - 2]
     value = format_partition_value(row.get(partition_column(level_field.field_id)))
     return {} if value is None else {f"partition.{level_field.field_id}": value}
+
+
+def children(state: NamespaceState, root: str, id_list: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The child namespaces and the tables directly under a namespace (``[]``: the root),
+    each sorted by name, as this ``__manifest`` version records them. A namespace the
+    version does not hold raises :class:`NamespaceNotFound`."""
+    ids = list(id_list)
+    if ids:
+        describe_namespace(state, root, ids)
+    prefix = "$".join(ids) + "$" if ids else ""
+    rows = state.manifest.select(["object_id", "object_type"])
+    if prefix:
+        rows = rows.filter(pc.starts_with(rows.column("object_id"), prefix))
+    namespaces: set[str] = set()
+    tables: set[str] = set()
+    for object_id, kind in zip(
+        rows.column("object_id").to_pylist(), rows.column("object_type").to_pylist(), strict=True
+    ):
+        name = object_id[len(prefix) :]
+        if "$" not in name:
+            (namespaces if kind == "namespace" else tables).add(name)
+    return sorted(namespaces), sorted(tables)
 
 
 def layout(state: NamespaceState, root: str) -> str:

@@ -1,0 +1,185 @@
+"""``lance_namespace.LanceNamespace`` over a partitioned namespace: what any Lance client sees.
+
+pylance's own ``DirectoryNamespace`` lists a root's directories, uncommitted ones included,
+with no properties, and describes each table without a version, so a client reads its
+latest version: rows a crashed or running write left there. This implementation answers
+from ``__manifest`` instead (the latest version at each request, so a commit made since
+is seen):
+
+- namespaces and tables are those the version records, sorted by name and paged
+  (``page_token`` is the last name of the page before);
+- ``describe_namespace`` gives the runtime properties (SPEC-NOTES 17): the root's
+  properties, ``partition_spec`` on ``v<N>``, ``partition.<field_id>`` on a partition;
+- ``describe_table`` gives the table's location and ``version = read_version``, with
+  ``read_branch`` / ``read_tag`` in its properties where recorded;
+- every change is refused (:class:`partitioning.errors.Unsupported`) with the project call
+  that makes it through ``__manifest``.
+
+An id part that is empty, ``.``/``..`` or holds ``$`` or ``/`` names nothing: it is not found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lance_namespace import (
+    DescribeNamespaceRequest,
+    DescribeNamespaceResponse,
+    DescribeTableRequest,
+    DescribeTableResponse,
+    LanceNamespace,
+    ListNamespacesRequest,
+    ListNamespacesResponse,
+    ListTablesRequest,
+    ListTablesResponse,
+    NamespaceExistsRequest,
+    NamespaceExistsResponse,
+    TableExistsRequest,
+    TableExistsResponse,
+)
+
+from partitioning.errors import InvalidInput, NamespaceNotFound, TableNotFound, Unsupported
+from partitioning.namespace import PartitionedNamespace
+from partitioning.storage.locations import TABLE_NAME
+
+__all__ = ["IMPL_NAME", "PartitionedLanceNamespace"]
+
+IMPL_NAME = "partitioned"
+STORAGE_PREFIX = "storage."
+
+
+def _checked(id_list: Sequence[str] | None, what: Callable[[str], Exception]) -> list[str]:
+    ids = list(id_list or [])
+    for part in ids:
+        if not isinstance(part, str) or part in ("", ".", "..") or "$" in part or "/" in part:
+            raise what(f"{'$'.join(map(str, ids))!r} is not an id of a partitioned namespace")
+    return ids
+
+
+def _page(names: list[str], token: str | None, limit: int | None) -> tuple[list[str], str | None]:
+    if limit is not None and limit <= 0:
+        raise InvalidInput(f"limit must be a positive number of entries, not {limit}")
+    start = [n for n in names if token is None or n > token]
+    page = start if limit is None else start[:limit]
+    return page, (page[-1] if limit is not None and len(start) > limit else None)
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else f"file://{path}"
+
+
+class PartitionedLanceNamespace(LanceNamespace):
+    """A partitioned namespace at ``root``, read-only, for Lance namespace clients.
+
+    ``properties``: ``storage.<key>`` options reach the root's store (as ``storage_options``);
+    any other key is refused."""
+
+    def __init__(self, root: str | None = None, **properties: str) -> None:
+        if not root:
+            raise InvalidInput("the partitioned namespace client needs the property 'root'")
+        unknown = sorted(k for k in properties if not k.startswith(STORAGE_PREFIX))
+        if unknown:
+            raise InvalidInput(f"unknown properties {unknown}: allowed are 'root' and '{STORAGE_PREFIX}<key>'")
+        self.root = root
+        self.storage_options = {k[len(STORAGE_PREFIX) :]: v for k, v in properties.items()}
+
+    def namespace_id(self) -> str:
+        return f"PartitionedLanceNamespace {{ root: {self.root!r} }}"
+
+    def _namespace(self) -> PartitionedNamespace:
+        return PartitionedNamespace.load(self.root, self.storage_options or None)
+
+    def list_namespaces(self, request: ListNamespacesRequest) -> ListNamespacesResponse:
+        ids = _checked(request.id, NamespaceNotFound)
+        names, _ = self._namespace().children(ids)
+        page, token = _page(names, request.page_token, request.limit)
+        return ListNamespacesResponse(namespaces=page, page_token=token)
+
+    def describe_namespace(self, request: DescribeNamespaceRequest) -> DescribeNamespaceResponse:
+        ids = _checked(request.id, NamespaceNotFound)
+        return DescribeNamespaceResponse(properties=self._namespace().describe_namespace(ids))
+
+    def namespace_exists(self, request: NamespaceExistsRequest) -> NamespaceExistsResponse:
+        self._namespace().describe_namespace(_checked(request.id, NamespaceNotFound))
+        return NamespaceExistsResponse()
+
+    def list_tables(self, request: ListTablesRequest) -> ListTablesResponse:
+        ids = _checked(request.id, NamespaceNotFound)
+        _, names = self._namespace().children(ids)
+        page, token = _page(names, request.page_token, request.limit)
+        return ListTablesResponse(tables=page, page_token=token)
+
+    def describe_table(self, request: DescribeTableRequest) -> DescribeTableResponse:
+        ids = _checked(request.id, TableNotFound)
+        object_id = "$".join(ids)
+        found = self._namespace().tables_by_id([object_id]) if len(ids) > 1 and ids[-1] == TABLE_NAME else {}
+        table = found.get(object_id)
+        if table is None or table.read_version is None:
+            raise TableNotFound(f"table {object_id!r} not found in {self.root}")
+        version = table.read_version
+        if request.version is not None:
+            if not 1 <= request.version <= table.read_version:
+                raise InvalidInput(
+                    f"table {object_id!r}: version {request.version} is not committed "
+                    f"(committed versions are 1..{table.read_version})"
+                )
+            version = request.version
+        properties = {k: v for k, v in (("read_branch", table.read_branch), ("read_tag", table.read_tag)) if v}
+        location = _uri(table.uri)
+        return DescribeTableResponse(
+            table=ids[-1],
+            namespace=ids[:-1],
+            version=version,
+            location=location,
+            table_uri=location,
+            properties=properties,
+        )
+
+    def table_exists(self, request: TableExistsRequest) -> TableExistsResponse:
+        self.describe_table(DescribeTableRequest(id=request.id, version=request.version))
+        return TableExistsResponse()
+
+
+# Each change a Lance client could ask for, and the project call that makes it through __manifest.
+_REFUSED = {
+    "create_namespace": "a write (write_partitioned, write_table): it creates the partition namespaces it needs",
+    "drop_namespace": "drop_partitions",
+    "create_table": "write_partitioned or write_table",
+    "declare_table": "write_partitioned or write_table",
+    "create_empty_table": "write_partitioned or write_table",
+    "register_table": "write_partitioned or write_table",
+    "deregister_table": "drop_partitions",
+    "drop_table": "drop_partitions",
+    "rename_table": "a new namespace written from this one",
+    "restore_table": "restore (a whole namespace at a __manifest version)",
+    "insert_into_table": "write_partitioned(mode='append')",
+    "merge_insert_into_table": "merge_partitioned",
+    "update_table": "update_rows",
+    "delete_from_table": "delete_rows",
+    "alter_table_add_columns": "PartitionedNamespace.add_columns",
+    "alter_table_alter_columns": "PartitionedNamespace.rename_column or widen_column",
+    "alter_table_drop_columns": "PartitionedNamespace.drop_column",
+    "create_table_index": "create_vector_index or create_scalar_index",
+    "create_table_scalar_index": "create_scalar_index",
+    "drop_table_index": "a new index definition (create_vector_index, create_scalar_index)",
+    "create_table_version": "a write: every commit goes through __manifest",
+    "batch_create_table_versions": "a write: every commit goes through __manifest",
+    "batch_commit_tables": "a write: every commit goes through __manifest",
+    "batch_delete_table_versions": "vacuum",
+}
+
+
+def _refusal(name: str, api: str) -> Callable[..., Any]:
+    def refuse(self: PartitionedLanceNamespace, *args: Any, **kwargs: Any) -> Any:
+        raise Unsupported(
+            f"{name} would change the partitioned namespace at {self.root} behind its __manifest; use {api}"
+        )
+
+    refuse.__name__ = refuse.__qualname__ = name
+    refuse.__doc__ = f"Refused: use {api}."
+    return refuse
+
+
+for _name, _api in _REFUSED.items():
+    setattr(PartitionedLanceNamespace, _name, _refusal(_name, _api))
