@@ -15,7 +15,8 @@ draws the arrows and ``tests/test_architecture.py`` holds the code to them):
   :mod:`partitioning.search` (vectors and indexes) and :mod:`partitioning.plan` (joins,
   metadata tables): the operations, which never import each other.
 - :mod:`partitioning.service`: the namespace as Lance namespace clients see it
-  (``lance_namespace.connect("partitioned", {"root": ...})``, registered below).
+  (``lance_namespace.connect("partitioned", {"root": ...})``, registered below), and
+  :class:`NamespaceServer`, the same over the Lance Namespace REST protocol.
 
 This module keeps the public names; imports from the modules are private and may move.
 """
@@ -41,6 +42,7 @@ from partitioning.errors import (
     Unsupported,
 )
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
+from partitioning.service.rest import NamespaceServer
 from partitioning.spec.partition_by import parse_partition_by
 from partitioning.spec.partition_spec import PartitionField, PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
@@ -53,6 +55,7 @@ __all__ = [
     "NamespaceAlreadyExists",
     "NamespaceNotFound",
     "NamespaceSchema",
+    "NamespaceServer",
     "PartitionField",
     "PartitionSpec",
     "PartitionTable",

@@ -4,8 +4,9 @@
 ``lance_namespace.connect("partitioned", {"root": ...})`` browses the spec versions and
 partition namespaces ``__manifest`` records, with their runtime properties, and describes
 each partition table at its committed ``read_version``. Changes are refused with the
-project call to use instead.
+project call to use instead. ``rest`` serves the same over the Lance Namespace REST
+protocol (:class:`~partitioning.service.rest.NamespaceServer`, ``jobs/serve.py``).
 
-May import: :mod:`partitioning.namespace` and everything below it. Imported by nothing in
-the project: ``partitioning/__init__.py`` registers it with ``lance_namespace`` by name.
+May import: :mod:`partitioning.namespace` and everything below it. Imported by
+``partitioning/__init__.py`` (which also registers the client with ``lance_namespace``) and ``jobs/serve.py``.
 """
