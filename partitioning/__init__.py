@@ -16,7 +16,9 @@ draws the arrows and ``tests/test_architecture.py`` holds the code to them):
   metadata tables): the operations, which never import each other.
 - :mod:`partitioning.service`: the namespace as Lance namespace clients see it
   (``lance_namespace.connect("partitioned", {"root": ...})``, registered below), and
-  :class:`NamespaceServer`, the same over the Lance Namespace REST protocol.
+  :class:`NamespaceServer`, the same over the Lance Namespace REST protocol, and
+  :func:`dataset` / :func:`write_arrow`, Spark-free reads and writes for DuckDB, Polars
+  and small producers.
 
 This module keeps the public names; imports from the modules are private and may move.
 """
@@ -42,6 +44,7 @@ from partitioning.errors import (
     Unsupported,
 )
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
+from partitioning.service.arrow import dataset, write_arrow
 from partitioning.service.rest import NamespaceServer
 from partitioning.spec.partition_by import parse_partition_by
 from partitioning.spec.partition_spec import PartitionField, PartitionSpec
@@ -67,8 +70,10 @@ __all__ = [
     "TableNotFound",
     "Transform",
     "Unsupported",
+    "dataset",
     "parse_partition_by",
     "parse_transform",
+    "write_arrow",
 ]
 
 register_namespace_impl("partitioned", "partitioning.service.namespace_api.PartitionedLanceNamespace")

@@ -3,7 +3,9 @@
 ``join`` plans a storage-partitioned join, its keys grouped by ``join_keys``, its columns
 from ``join_columns``, one group joined in memory by ``join_local``. ``inspect`` gives the
 partitions and files metadata tables; ``identity_match`` selects whole partition tables for
-a predicate on identity partition columns.
+a predicate on identity partition columns. ``table_rows`` reads one partition table as
+namespace-shaped Arrow batches (Spark's tasks and :func:`partitioning.dataset` both read
+through it).
 
 May import: :mod:`partitioning.namespace` and everything below it. Imported by :mod:`pipelines`.
 """

@@ -6,7 +6,10 @@ partition namespaces ``__manifest`` records, with their runtime properties, and 
 each partition table at its committed ``read_version``. Changes are refused with the
 project call to use instead. ``rest`` serves the same over the Lance Namespace REST
 protocol (:class:`~partitioning.service.rest.NamespaceServer`, ``jobs/serve.py``).
+``arrow`` reads the rows as an Arrow stream DuckDB and Polars scan (``dataset``) and
+writes Arrow tables without Spark (``write_arrow``).
 
-May import: :mod:`partitioning.namespace` and everything below it. Imported by
+May import: :mod:`partitioning.namespace` and everything below it, :mod:`partitioning.plan`
+(table rows) and :mod:`partitioning.tables` (the write). Imported by
 ``partitioning/__init__.py`` (which also registers the client with ``lance_namespace``) and ``jobs/serve.py``.
 """

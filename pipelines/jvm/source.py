@@ -37,6 +37,7 @@ from pyspark.sql.types import NullType, StructField, StructType
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.identity_match import matching_tables
+from partitioning.plan.table_rows import TableSlice
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, Filter, TrueFilter, conjunction, is_exactly_understood
 from partitioning.sql.predicates import predicates_from_json
@@ -46,7 +47,6 @@ from partitioning.storage.roots import storage_options_from
 from pipelines.read.local import local_table
 from pipelines.source.datasource import LancePartitionedDataSource, lowered_options, one_line_errors
 from pipelines.source.reader import LancePartitionedReader
-from pipelines.source.slices import TableSlice
 
 __all__ = ["BRIDGE_NAME", "BridgeSource", "answer", "exact_count"]
 

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.sql.filters import Filter
 from partitioning.state.scan import ScanTask
 from partitioning.storage.guard import guarded
@@ -42,7 +43,6 @@ from partitioning.tables.vacuum import vacuum
 from pipelines.read_options import dialect_options, session_dialect
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
 from pipelines.write.small import small_target

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from partitioning.errors import InvalidInput, SchemaError, first_line
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import TableSlice, read_table
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import Filter, TrueFilter
 from partitioning.sql.from_sql import parse_filter, referenced_columns
@@ -33,7 +34,6 @@ from pipelines.read_options import dialect_options, read_schema, session_dialect
 from pipelines.shared_roots import driver_root
 from pipelines.source.datasource import register_data_source
 from pipelines.source.reader import LanceInputPartition, LancePartitionedReader
-from pipelines.source.slices import TableSlice, read_table
 
 __all__ = [
     "LanceInputPartition",

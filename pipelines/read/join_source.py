@@ -24,6 +24,7 @@ from partitioning.namespace import PartitionedNamespace, PartitionTable
 from partitioning.plan.join import JoinTask, exact_side_filter, plan_namespace_join
 from partitioning.plan.join_columns import JoinType, check_suffixes, join_output_schema, shared_columns, validate_join
 from partitioning.plan.join_local import local_join
+from partitioning.plan.table_rows import TableSlice, read_table
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.vectors import spark_facing_schema
 from partitioning.sql.filters import Dialect, Filter, TrueFilter
@@ -32,7 +33,6 @@ from partitioning.storage.roots import storage_options_from
 from pipelines.columns.schema import spark_schema
 from pipelines.shared_roots import check_source_root
 from pipelines.source.reader import dialect_from_options
-from pipelines.source.slices import TableSlice, read_table
 
 __all__ = ["LancePartitionedJoinDataSource"]
 

@@ -26,12 +26,13 @@ from pyspark.sql.types import StructType
 
 from partitioning.errors import PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.vectors import spark_facing_schema
 from partitioning.sql.filters import Filter
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
 from pipelines.session_calls import active_session_kept
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
+from pipelines.source.slices import read_slice
 
 __all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe", "local_table", "within"]
 

@@ -54,6 +54,7 @@ from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, NamespaceNotFound, PartitioningError, SpecError
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.storage.history import version_at
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
@@ -62,7 +63,6 @@ from pipelines.session import is_connect
 from pipelines.session_calls import register_bound
 from pipelines.shared_roots import check_source_root, is_relative_path
 from pipelines.source.reader import LancePartitionedReader, PerScanPushdownReader
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.source.writer import LancePartitionedWriter, root_in_schema, with_root
 from pipelines.spark_errors import hide_worker_traceback
 

@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, PartitioningError
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import (
     Cmp,
@@ -53,7 +54,7 @@ from partitioning.sql.filters import (
 from partitioning.sql.from_sql import parse_filter
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE, TableSlice, read_slice
+from pipelines.source.slices import read_slice
 from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.values import canonical_float
 from partitioning.storage.history import Operation
@@ -38,7 +39,6 @@ from partitioning.tables.rewrites import ReadSet, RewriteResult
 from pipelines.columns.transforms import with_partition_columns
 from pipelines.read_options import session_dialect
 from pipelines.shared_roots import driver_root
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.small import small_copy, small_target

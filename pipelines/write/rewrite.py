@@ -25,12 +25,12 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.storage.history import Operation
 from partitioning.tables.rewrites import ReadSet, RewriteResult, addresses_by_table, commit_rewrite
 from pipelines.read_options import session_dialect
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import session_or_active
 from pipelines.write.fragments import write_fragments

@@ -33,12 +33,12 @@ from pyspark.sql import types as T
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.sql.filters import TrueFilter
 from pipelines.columns.schema import spark_schema
 from pipelines.read.local import local_table
 from pipelines.session import is_connect
 from pipelines.session_calls import active_session_kept
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE, TableSlice
 
 __all__ = [
     "SMALL_MAX_BYTES",

@@ -20,12 +20,12 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from partitioning.storage.roots import storage_option_pairs
 from pipelines.read_options import dialect_options, session_dialect
-from pipelines.source.slices import ROW_ADDRESS, ROW_TABLE
 from pipelines.spark_errors import spark_errors
 from pipelines.write.small import small_target
 

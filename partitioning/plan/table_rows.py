@@ -1,0 +1,115 @@
+"""Reading one partition table as namespace-shaped Arrow batches, Spark-free.
+
+A :class:`TableSlice` is one partition table (or a group of its fragments) at the version
+``__manifest`` records for it; :func:`read_table` streams its rows, reconciled with the namespace
+schema by field id (:func:`partitioning.storage.alignment.reconcile`) and filtered with Spark's
+semantics. Spark's tasks read through :func:`pipelines.source.slices.read_slice`, other tools
+through :func:`partitioning.service.arrow.dataset`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import lance
+import pyarrow as pa
+
+from partitioning.errors import CorruptNamespace, translate_lance_errors
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.vectors import spark_facing_schema
+from partitioning.sql.filters import Filter, TrueFilter, columns_of
+from partitioning.sql.rowfilter import arrow_predicate, lance_filter
+from partitioning.state.scan import ScanTask
+from partitioning.storage.alignment import dataset_columns, reconcile
+
+__all__ = ["ROW_ADDRESS", "ROW_TABLE", "TableSlice", "read_table"]
+
+
+# The columns a read ``with_row_address`` ends with: each row's table and Lance row address.
+ROW_TABLE = "_lance_table"
+
+ROW_ADDRESS = "_lance_rowaddr"
+
+
+@dataclass(frozen=True)
+class TableSlice:
+    """One partition table (or a group of its fragments) at a fixed version. Picklable."""
+
+    object_id: str
+    uri: str
+    read_version: int | None
+    read_branch: str | None
+    read_tag: str | None
+    fragment_ids: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, task: ScanTask, fragment_ids: tuple[int, ...] | None = None) -> TableSlice:
+        return cls(task.object_id, task.uri, task.read_version, task.read_branch, task.read_tag, fragment_ids)
+
+
+def read_table(
+    dataset: lance.LanceDataset,
+    partition: TableSlice,
+    schema: NamespaceSchema,
+    output: Sequence[str],
+    scan_filter: Filter,
+    *,
+    exact: Filter | None = None,
+    row_address: bool = False,
+) -> Iterator[pa.RecordBatch]:
+    """Stream one partition's rows as namespace-shaped batches, typed as Spark reads them
+    (a vector column as a plain list, :func:`partitioning.spec.vectors.spark_facing_schema`).
+
+    With ``row_address`` each batch ends with the table's object id and each row's
+    Lance row address (what :func:`pipelines.maintenance.operations.delete_rows` deletes by).
+
+    ``scan_filter`` (bound) goes into the Lance scan as far as Lance evaluates it like
+    Spark, so the scan returns a superset of the matching rows; ``exact`` (bound, fully
+    understood) is then applied to the rows in Arrow with Spark's semantics.
+    """
+    mapping = dataset_columns(dataset.schema, schema)
+    exact = exact if exact is not None and not isinstance(exact, TrueFilter) else None
+    wanted = set(output) | (columns_of(exact) if exact is not None else set())
+    needed = [c for c in schema.arrow.names if c in wanted]
+    where = lance_filter(scan_filter, schema.arrow, mapping)
+    fragments: list[lance.LanceFragment] | None = None
+    if partition.fragment_ids is not None:
+        found = {i: dataset.get_fragment(i) for i in partition.fragment_ids}
+        missing = sorted(i for i, f in found.items() if f is None)
+        if missing:
+            raise CorruptNamespace(f"partition table {partition.object_id} has no fragments {missing}")
+        fragments = [f for f in found.values() if f is not None]
+    with translate_lance_errors(f"scan partition table {partition.object_id}", missing=CorruptNamespace):
+        scanner = dataset.scanner(
+            columns=[mapping[c] for c in needed if c in mapping],
+            filter=where,
+            fragments=fragments,
+            batch_size=65_536,
+            with_row_address=row_address,
+        )
+        batches = scanner.to_batches()
+    out_schema = spark_facing_schema(pa.schema([schema.arrow.field(c) for c in output]))
+    predicate = arrow_predicate(exact, schema.arrow) if exact is not None else None
+    for batch in _translated(batches, partition.object_id):
+        raw = pa.Table.from_batches([batch])
+        table = reconcile(raw, mapping, needed, schema, partition.object_id)
+        if row_address:
+            table = table.append_column(ROW_ADDRESS, raw.column("_rowaddr").cast(pa.int64()))
+        if predicate is not None:
+            table = table.filter(predicate)
+        shaped = table.select(list(output)).cast(out_schema)
+        if row_address:
+            table_ids = pa.array([partition.object_id] * shaped.num_rows, pa.string())
+            shaped = shaped.append_column(pa.field(ROW_TABLE, pa.string(), nullable=False), table_ids)
+            shaped = shaped.append_column(pa.field(ROW_ADDRESS, pa.int64(), nullable=False), table.column(ROW_ADDRESS))
+        yield from shaped.to_batches()
+
+
+def _translated(batches: Iterator[pa.RecordBatch], object_id: str) -> Iterator[pa.RecordBatch]:
+    """Lance errors raised while batches stream (a missing data file) as one line."""
+    while True:
+        with translate_lance_errors(f"scan partition table {object_id}", missing=CorruptNamespace):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
