@@ -173,3 +173,26 @@ def test_the_serve_job_refuses_a_root_that_is_not_a_namespace(tmp_path: Path) ->
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_twenty_thousand_partitions_page_through_rest(tmp_path: Path) -> None:
+    """Every partition of a 20,000-partition namespace, listed page by page over REST, once each."""
+    from wide_namespace import wide_namespace
+
+    root = wide_namespace(tmp_path, 20_000)
+    with NamespaceServer(root) as server:
+        client = _rest(server)
+        days = client.list_namespaces(ListNamespacesRequest(id=["v1"])).namespaces
+        assert len(days) == 20
+        seen, pages = [], 0
+        for day in days:
+            token = None
+            while True:
+                page = client.list_namespaces(ListNamespacesRequest(id=["v1", day], limit=500, page_token=token))
+                seen += [(day, name) for name in page.namespaces]
+                pages += 1
+                token = page.page_token
+                if not token:
+                    break
+        assert len(seen) == len(set(seen)) == 20_000
+        assert pages == 20 * 2
