@@ -25,6 +25,7 @@ from lance_namespace import (
     InsertIntoTableRequest,
     ListNamespacesRequest,
     ListTablesRequest,
+    ListTableVersionsRequest,
     NamespaceExistsRequest,
     TableExistsRequest,
 )
@@ -199,6 +200,7 @@ def test_tables_that_do_not_exist_and_versions_not_committed_are_refused(root: s
         ("drop_table", (DropTableRequest(id=["v1", "x", "dataset"]),), "drop_partitions"),
         ("drop_namespace", (DropNamespaceRequest(id=["v1"]),), "drop_partitions"),
         ("insert_into_table", (InsertIntoTableRequest(id=["v1", "x", "dataset"]), b""), "write_partitioned"),
+        ("list_table_versions", (ListTableVersionsRequest(id=["v1", "x", "dataset"]),), "history"),
     ],
 )
 def test_changes_are_refused_with_the_call_to_use(root: str, call: str, args: tuple[object, ...], api: str) -> None:

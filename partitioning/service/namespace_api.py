@@ -141,7 +141,8 @@ class PartitionedLanceNamespace(LanceNamespace):
         return TableExistsResponse()
 
 
-# Each change a Lance client could ask for, and the project call that makes it through __manifest.
+# Each change a Lance client could ask for, and the project call that makes it through __manifest
+# (or, for versions, the call that reads the namespace's own versions).
 _REFUSED = {
     "create_namespace": "a write (write_partitioned, write_table): it creates the partition namespaces it needs",
     "drop_namespace": "drop_partitions",
@@ -167,11 +168,18 @@ _REFUSED = {
     "batch_create_table_versions": "a write: every commit goes through __manifest",
     "batch_commit_tables": "a write: every commit goes through __manifest",
     "batch_delete_table_versions": "vacuum",
+    # a partition table's versions are not the namespace's: those are its __manifest versions
+    "list_table_versions": "PartitionedNamespace.history and read_partitioned(manifest_version=...)",
+    "describe_table_version": "PartitionedNamespace.history and read_partitioned(manifest_version=...)",
 }
 
 
 def _refusal(name: str, api: str) -> Callable[..., Any]:
     def refuse(self: PartitionedLanceNamespace, *args: Any, **kwargs: Any) -> Any:
+        if "version" in name and "create" not in name and "delete" not in name:
+            raise Unsupported(
+                f"{name}: the versions of the partitioned namespace at {self.root} are its __manifest versions; use {api}"
+            )
         raise Unsupported(
             f"{name} would change the partitioned namespace at {self.root} behind its __manifest; use {api}"
         )
