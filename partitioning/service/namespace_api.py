@@ -178,7 +178,8 @@ def _refusal(name: str, api: str) -> Callable[..., Any]:
     def refuse(self: PartitionedLanceNamespace, *args: Any, **kwargs: Any) -> Any:
         if "version" in name and "create" not in name and "delete" not in name:
             raise Unsupported(
-                f"{name}: the versions of the partitioned namespace at {self.root} are its __manifest versions; use {api}"
+                f"{name}: the versions of the partitioned namespace at {self.root} are its __manifest "
+                f"versions; use {api}"
             )
         raise Unsupported(
             f"{name} would change the partitioned namespace at {self.root} behind its __manifest; use {api}"
