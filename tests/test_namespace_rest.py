@@ -139,6 +139,10 @@ def test_a_large_body_is_refused_and_a_stalled_request_blocks_no_other(root: str
                 urllib.request.urlopen(request, timeout=10)
             assert refused.value.code == 400
             assert json.loads(refused.value.read())["code"] == ErrorCode.INVALID_INPUT
+            for length in ("-5", "x"):  # would read to the end of a stream that never ends
+                with socket.create_connection(("127.0.0.1", server.port), timeout=10) as bad:
+                    bad.sendall(f"POST /v1/namespace/v1/describe HTTP/1.1\r\nContent-Length: {length}\r\n\r\n".encode())
+                    assert b" 400 " in bad.recv(4096).split(b"\r\n")[0]
         finally:
             stalled.close()
 

@@ -141,7 +141,11 @@ class _Handler(BaseHTTPRequestHandler):
             sent = self.headers.get("Authorization", "")
             if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
                 raise _Unauthenticated("this namespace server needs 'Authorization: Bearer <token>'")
-        size = int(self.headers.get("Content-Length") or 0)
+        length = self.headers.get("Content-Length") or "0"
+        size = int(length) if length.isdigit() else -1
+        if size < 0:
+            self.close_connection = True
+            raise InvalidInput(f"Content-Length {length!r} is not a number of bytes")
         if size > MAX_BODY_BYTES:
             self.close_connection = True
             raise InvalidInput(f"request body of {size} bytes is over the limit of {MAX_BODY_BYTES}")
