@@ -3,7 +3,9 @@
 - ``MERGE INTO`` (a catalog table) of ``SOURCE_ROWS`` rows into ``TARGET_ROWS`` rows in
   ``PARTITIONS`` identity partitions, against delta-rs's ``merge`` and ``merge_partitioned``
   on the same rows, each on a fresh copy, interleaved, median (min .. max) of ``REPEATS``.
-  Targets: at most 1.5x delta-rs, and no slower than ``merge_partitioned``.
+  Targets: at most 1.5x delta-rs, and no slower than ``merge_partitioned``. Beside them,
+  Spark's floor: the join any Spark ``MERGE INTO`` plans, on the same rows in parquet,
+  written to Spark's ``noop`` sink.
 - ``SELECT sum(id)`` of a table with a 768-dim vector column through the format (the JVM
   layer reads the one column) against the same query through the Python source's own
   planning (``read_partitioned``, which reads every column). Target: at most 0.3x.
@@ -75,6 +77,8 @@ def test_sql_merge_vs_delta_rs_and_merge_partitioned(spark: SparkSession, tmp_pa
     write_deltalake(str(base_delta), table, partition_by=["p"])
     source_path = str(tmp_path / "source.parquet")
     pq.write_table(_source(), source_path)
+    target_parquet = str(tmp_path / "target-parquet")
+    pq.write_to_dataset(table, target_parquet, partition_cols=["p"])
     spark.conf.set("spark.sql.catalog.bench", "lance_partitioned.LanceCatalog")
     spark.conf.set("spark.sql.catalog.bench.warehouse", str(warehouse))
     spark.read.parquet(source_path).createOrReplaceTempView("bench_source")
@@ -86,7 +90,12 @@ def test_sql_merge_vs_delta_rs_and_merge_partitioned(spark: SparkSession, tmp_pa
         shutil.copytree(base, dst)
         return str(dst)
 
-    samples: dict[str, list[float]] = {"SQL MERGE INTO": [], "merge_partitioned": [], "delta-rs merge": []}
+    samples: dict[str, list[float]] = {
+        "SQL MERGE INTO": [],
+        "merge_partitioned": [],
+        "delta-rs merge": [],
+        "Spark floor": [],
+    }
     for n in range(REPEATS + 1):  # the first round warms up, untimed
         sql_root = fresh("sql", base_ns)
         python_root, delta_uri = fresh("python", base_ns), fresh("delta-run", base_delta)
@@ -106,20 +115,35 @@ def test_sql_merge_vs_delta_rs_and_merge_partitioned(spark: SparkSession, tmp_pa
             )
             merger.when_matched_update_all().when_not_matched_insert_all().execute()
 
-        runs = {"SQL MERGE INTO": sql_merge, "merge_partitioned": python_merge, "delta-rs merge": delta_merge}
+        def spark_floor() -> None:
+            # The least any Spark MERGE INTO does: read the target and the source, join them on
+            # the key and write the changed and new rows, here on parquet into Spark's no-op sink.
+            target, source = spark.read.parquet(target_parquet), spark.read.parquet(source_path)
+            changed = source.alias("s").join(target.alias("t"), F.col("s.id") == F.col("t.id"), "left")
+            changed.select("s.*", F.col("t.id").isNull().alias("new")).write.format("noop").mode("overwrite").save()
+
+        runs = {
+            "SQL MERGE INTO": sql_merge,
+            "merge_partitioned": python_merge,
+            "delta-rs merge": delta_merge,
+            "Spark floor": spark_floor,
+        }
         for name, run in runs.items():
             scratch: list[float] = []
             _timed(run, scratch if n == 0 else samples[name])
         counted = read_partitioned(spark, sql_root).agg(F.count("*"), F.sum("v")).collect()[0]
         assert counted[0] == expected
     timings = {name: Timing(tuple(s)) for name, s in samples.items()}
-    sql, python, delta = (timings[k].median for k in ("SQL MERGE INTO", "merge_partitioned", "delta-rs merge"))
+    sql, python, delta, floor = (
+        timings[k].median for k in ("SQL MERGE INTO", "merge_partitioned", "delta-rs merge", "Spark floor")
+    )
     print(
         f"\n[doors] MERGE {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS} partitions), {REPEATS} interleaved:"
     )
     for name, t in timings.items():
         print(f"  {name:18s} {t}")
     print(f"  SQL / delta-rs {sql / delta:.2f}x (target <= 1.5); SQL / merge_partitioned {sql / python:.2f}x (<= 1.0)")
+    print(f"  Spark floor / delta-rs {floor / delta:.2f}x; SQL / Spark floor {sql / floor:.2f}x")
 
 
 def test_one_column_beside_vectors(spark: SparkSession, tmp_path: Path) -> None:
