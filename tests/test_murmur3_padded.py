@@ -99,3 +99,70 @@ def test_a_session_without_the_class_uses_the_padded_path(spark, monkeypatch):
         assert other.conf.get(sm3.JAVA_MARKER) == "unavailable"
         df = other.createDataFrame(list(enumerate(values)), "i int, v string")
         assert _staged(df, T.StringType()) == _expected([None if v is None else v.encode() for v in values])
+
+
+_OWN_SESSION = r"""
+import json, logging, sys
+from pathlib import Path
+
+import lance
+from pyspark.sql import SparkSession, functions as F, types as T
+
+from pipelines import session as sessions
+from pipelines.columns import murmur3 as sm3
+from pipelines.write.dataframe import write_partitioned
+
+lines = []
+
+
+class Kept(logging.Handler):
+    def emit(self, record):
+        lines.append(record.getMessage())
+
+
+logging.getLogger("lance_partitioned").addHandler(Kept())
+spark = SparkSession.builder.master("local[2]").appName("a notebook's own session").getOrCreate()
+values = ["", "a", "abcde", "Stra\u00dfe", None, "user_123456"]
+real = sessions.UDF_JAR
+sessions.UDF_JAR = Path(sys.argv[1]) / "nowhere.jar"
+first = spark.newSession()
+without = sm3.java_murmur3(first)
+sessions.UDF_JAR = real
+root = sys.argv[1] + "/ns"
+rows = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "i int, s string")
+write_partitioned(rows, root, partition_by=["bucket[16](s)"])
+plan = sm3.with_murmur3(spark.createDataFrame([("x",)], "s string"), F.col("s"), "h", T.StringType())
+buckets = {}
+for row in lance.dataset(root + "/__manifest").to_table().to_pylist():
+    if row["object_type"] == "table":
+        t = lance.dataset(root + "/" + row["location"], version=row["read_version"]).to_table()
+        for s in t.column("s").to_pylist():
+            buckets[s if s is not None else "<null>"] = row["partition_field_s_bucket"]
+print(json.dumps({"without": without, "with": sm3.java_murmur3(spark), "lines": lines,
+                  "plan": sm3.JAVA_UDF in plan._jdf.queryExecution().analyzed().toString(),
+                  "paths": buckets}))
+"""
+
+
+def test_a_session_the_project_did_not_build_adds_the_jar_or_says_it_in_one_line(tmp_path):
+    """A notebook's own ``SparkSession`` (no ``spark.jars``): string buckets add the jar at
+    run time and hash natively, with the values mmh3 gives; a session where the jar cannot be
+    found says so in one WARNING line and uses the padded path."""
+    import json
+    import os
+    import sys
+
+    from subprocess_runs import run_ok
+
+    script = tmp_path / "own_session.py"
+    script.write_text(_OWN_SESSION)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(UDF_JAR.parents[1])}
+    env.pop("SPARK_CONF_DIR", None)
+    proc = run_ok([sys.executable, str(script), str(tmp_path)], env=env)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["without"] is False
+    assert [line for line in out["lines"] if "padded hash" in line] == [out["lines"][0]]
+    assert "--jars" in out["lines"][0] and str(tmp_path / "nowhere.jar") in out["lines"][0]
+    assert out["with"] is True and out["plan"] is True
+    expected = {v: abs(mmh3.hash(v.encode(), 0, signed=True)) % 16 for v in ["", "a", "abcde", "Straße", "user_123456"]}
+    assert out["paths"] == {**expected, "<null>": None}

@@ -13,13 +13,16 @@ the vectorized Arrow implementation in an ``arrow_udf``.
 
 Where the session has the jar `make` builds from ``java/`` (:data:`pipelines.session.UDF_JAR`,
 in ``spark.jars``), strings and binaries are hashed by that Java UDF instead: the reference
-algorithm over the bytes, about two thirds of the padded path's time. A session without
-it (a job submitted without ``--jars``, a cluster that only has the wheel) uses the
-padded path; both give the same values.
+algorithm over the bytes, about two thirds of the padded path's time. A session started
+without it (a notebook's own ``SparkSession``, a job submitted without ``--jars``) gets the
+jar added at run time (``ADD JAR``, which also ships it to executors) when it is on this
+machine; only where that fails (no jar here, a server that refuses it) does the session use
+the padded path, and it says so in one WARNING line. Both give the same values.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pyarrow as pa
@@ -30,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from partitioning.spec import murmur3 as m3
+from pipelines import session as sessions
 
 __all__ = [
     "bucket_column",
@@ -60,6 +64,7 @@ JAVA_UDF = "lance_partitioned_murmur3"
 _JAVA_CLASS = "lance_partitioned.Murmur3"
 # A session conf: "registered" or "unavailable", so a session tries the registration once.
 JAVA_MARKER = "spark.lance_partitioned.javaMurmur3"
+log = logging.getLogger("lance_partitioned")
 
 
 def _lit(v: int) -> Column:
@@ -216,17 +221,42 @@ def java_murmur3(spark: SparkSession) -> bool:
     """Whether ``spark`` hashes strings and binaries with the Java UDF :data:`JAVA_UDF`.
 
     The first call registers it (a temporary function) and remembers the outcome in the
-    session conf :data:`JAVA_MARKER`; a class that cannot be loaded means the padded path.
+    session conf :data:`JAVA_MARKER`. A class the session cannot load is added at run time
+    from :data:`pipelines.session.UDF_JAR` (``ADD JAR``) and registered again; if that
+    fails too, the session uses the padded path and one WARNING line says how to turn the
+    fast path on.
     """
     state = spark.conf.get(JAVA_MARKER, None)
     if state is None:
-        try:
-            spark.udf.registerJavaFunction(JAVA_UDF, _JAVA_CLASS, T.IntegerType())
-            state = "registered"
-        except (PySparkException, Py4JError):
-            state = "unavailable"
+        state = "registered" if _register(spark) or _add_jar_and_register(spark) else "unavailable"
+        if state == "unavailable":
+            log.warning(
+                "string and binary buckets use the slower padded hash: class %s is not on this session's classpath; "
+                "start Spark with --jars %s (spark.jars) to hash them natively",
+                _JAVA_CLASS,
+                sessions.UDF_JAR,
+            )
         spark.conf.set(JAVA_MARKER, state)
     return state == "registered"
+
+
+def _register(spark: SparkSession) -> bool:
+    try:
+        spark.udf.registerJavaFunction(JAVA_UDF, _JAVA_CLASS, T.IntegerType())
+    except (PySparkException, Py4JError):
+        return False
+    return True
+
+
+def _add_jar_and_register(spark: SparkSession) -> bool:
+    jar = sessions.UDF_JAR
+    if not jar.is_file() or "'" in str(jar):
+        return False
+    try:
+        spark.sql(f"ADD JAR '{jar}'")
+    except (PySparkException, Py4JError):
+        return False
+    return _register(spark)
 
 
 def with_murmur3(df: DataFrame, col: Column, out: str, source_type: T.DataType | None) -> DataFrame:
