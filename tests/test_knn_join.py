@@ -1,4 +1,5 @@
-"""knn_join (issue 13): every query's top-k in one Spark job, checked against numpy."""
+"""knn_join (issue 13): every query's top-k, from the driver's threads and in one Spark job,
+checked against numpy."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def _queries(spark, n: int, seed: int = 3, *, null: bool = False):
     return spark.createDataFrame(rows, QUERY_SCHEMA), matrix
 
 
+@pytest.fixture(params=["driver threads", "a Spark job"])
+def where(request) -> dict[str, int]:
+    """knn_join's two ways: partitions searched from the driver, or in a Spark job."""
+    return {} if request.param == "driver threads" else {"driver_max_partitions": 0}
+
+
 def _by_query(df) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for r in df.collect():
@@ -39,7 +46,7 @@ def _by_query(df) -> dict[str, list[int]]:
     return out
 
 
-def test_exact_knn_join_equals_numpy_with_and_without_filters(spark, built):
+def test_exact_knn_join_equals_numpy_with_and_without_filters(spark, built, where):
     root, _, data = built
     queries, matrix = _queries(spark, 12, null=True)
     cases = {
@@ -48,19 +55,23 @@ def test_exact_knn_join_equals_numpy_with_and_without_filters(spark, built):
         "score >= 0.4 AND c IN ('a', 'b')": (data.scores >= 0.4) & np.isin(data.cats, ["a", "b"]),
     }
     for filter_sql, mask in cases.items():
-        df = knn_join(spark, queries, root, k=6, query_id="qid", query_column="q", filter=filter_sql, exact=True)
+        df = knn_join(
+            spark, queries, root, k=6, query_id="qid", query_column="q", filter=filter_sql, exact=True, **where
+        )
         assert df.columns == ["qid", "id", "c", "score", "v", "_distance"]
         got = _by_query(df)
         assert "none" not in got  # a NULL query vector matches nothing
         assert got == {f"q{i}": brute_force(data, matrix[i], 6, mask) for i in range(len(matrix))}
-    rows = knn_join(spark, queries, root, k=3, query_id="qid", query_column="q", exact=True, columns=["id"]).collect()
+    rows = knn_join(
+        spark, queries, root, k=3, query_id="qid", query_column="q", exact=True, columns=["id"], **where
+    ).collect()
     for qid in ("q0", "q5"):
         mine = [r for r in rows if r["qid"] == qid]
         expected = distances(data, matrix[int(qid[1:])], [r["id"] for r in mine])
         assert np.allclose([r["_distance"] for r in mine], expected, rtol=1e-4)
 
 
-def test_knn_join_cosine_k_larger_than_the_data_and_empty_results(spark, built):
+def test_knn_join_cosine_k_larger_than_the_data_and_empty_results(spark, built, where):
     root, _, data = built
     queries, matrix = _queries(spark, 4, seed=8)
     few = (data.cats == "d") & (data.scores > 0.9)
@@ -75,32 +86,35 @@ def test_knn_join_cosine_k_larger_than_the_data_and_empty_results(spark, built):
         exact=True,
         filter="c = 'd' AND score > 0.9",
         columns=["id"],
+        **where,
     )
     got = _by_query(df)
     assert got == {f"q{i}": brute_force(data, matrix[i], 500, few, "cosine") for i in range(4)}
     assert all(len(v) == int((few & ~data.null).sum()) for v in got.values())
-    empty = knn_join(spark, queries, root, k=3, query_id="qid", query_column="q", filter="c = 'zzz'")
+    empty = knn_join(spark, queries, root, k=3, query_id="qid", query_column="q", filter="c = 'zzz'", **where)
     assert empty.count() == 0 and empty.columns == ["qid", "id", "c", "score", "v", "_distance"]
 
 
-def test_knn_join_accepts_ml_vectors_and_integer_ids(spark, built):
+def test_knn_join_accepts_ml_vectors_and_integer_ids(spark, built, where):
     root, _, data = built
     matrix = np.random.default_rng(4).standard_normal((3, DIM))
     queries = spark.createDataFrame([(i, Vectors.dense(matrix[i].tolist())) for i in range(3)], ["n", "vec"])
-    df = knn_join(spark, queries, root, k=4, query_id="n", query_column="vec", exact=True, columns=["id"])
+    df = knn_join(spark, queries, root, k=4, query_id="n", query_column="vec", exact=True, columns=["id"], **where)
     got: dict[int, list[int]] = {}
     for r in df.collect():
         got.setdefault(r["n"], []).append(r["id"])
     assert got == {i: brute_force(data, matrix[i].astype(np.float32), 4) for i in range(3)}
 
 
-def test_indexed_knn_join_recall(spark, tmp_path):
+def test_indexed_knn_join_recall(spark, tmp_path, where):
     root = str(tmp_path / "ns")
     tables = [make_table(2500, 71)]
     index_all(create(root, tables))
     data = data_of(tables)
     queries, matrix = _queries(spark, 20, seed=12)
-    got = _by_query(knn_join(spark, queries, root, k=10, query_id="qid", query_column="q", nprobes=3, refine_factor=10))
+    got = _by_query(
+        knn_join(spark, queries, root, k=10, query_id="qid", query_column="q", nprobes=3, refine_factor=10, **where)
+    )
     recall = [len(set(got[f"q{i}"]) & set(brute_force(data, matrix[i], 10))) / 10 for i in range(20)]
     assert np.mean(recall) >= 0.9
 

@@ -14,6 +14,7 @@ from search_data import DIM, brute_force, create, data_of, distances, index_all,
 
 from partitioning.errors import InvalidInput, SchemaError
 from partitioning.namespace import PartitionedNamespace, TableCommit
+from partitioning.search import knn_scan, vector_cache
 from partitioning.search.nearest import search
 from partitioning.tables.write import write_table
 from pipelines.search.queries import search_partitioned
@@ -109,7 +110,8 @@ def test_vector_columns_come_back_as_spark_arrays(spark, built):
         assert np.array_equal(np.array(r["v"], np.float32), data.vectors[list(data.ids).index(r["id"])])
 
 
-def test_indexed_search_recall_with_a_shared_model(spark, tmp_path):
+def test_indexed_search_recall_with_a_shared_model(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(knn_scan, "MAX_ELEMENTS", 0)  # every partition through its index, none from memory
     tables = [make_table(3000, 21, null_every=11)]
     root = str(tmp_path / "ns")
     ns = create(root, tables)
@@ -127,9 +129,10 @@ def test_indexed_search_recall_with_a_shared_model(spark, tmp_path):
     assert np.mean(rough) < 1.0  # the index answers (PQ without refine is approximate), not a scan
 
 
-def test_a_first_search_on_an_index_has_exact_distances_in_order(tmp_path):
+def test_a_first_search_on_an_index_has_exact_distances_in_order(tmp_path, monkeypatch):
     """No refine_factor given: the top rows come with their exact distance (numpy's), nearest
     first; refine_factor=0 shows PQ's approximate ones."""
+    monkeypatch.setattr(knn_scan, "MAX_ELEMENTS", 0)
     tables = [make_table(3000, 21)]
     root = str(tmp_path / "ns")
     index_all(create(root, tables))
@@ -152,6 +155,48 @@ def test_a_first_search_on_an_index_has_exact_distances_in_order(tmp_path):
         )
     assert exact_rows >= 48  # of 50: the probed cells hold the true top 5
     assert approximate > 0
+
+
+@pytest.mark.parametrize("cache_bytes", [256 << 20, 20_000, 0], ids=["all held", "some held", "none held"])
+def test_small_partitions_are_answered_exactly_from_memory(tmp_path, monkeypatch, cache_bytes):
+    """An unfiltered search of small indexed partitions, index parameters given, answers from
+    their vectors in memory: numpy's rows and distances, after a delete in the middle of a
+    partition, with duplicate vectors tied by partition then row, whatever the cache holds;
+    a later version is searched as it is, not as the cache last saw it."""
+    monkeypatch.setattr(vector_cache, "CACHE_BYTES", cache_bytes)
+    rng = np.random.default_rng(31)
+    table = make_table(900, 32, null_every=13)
+    dup = np.tile(rng.standard_normal((1, DIM)).astype(np.float32), (12, 1))  # 12 equal vectors
+    flat = table.column("v").combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, DIM).copy()
+    flat[100:112] = dup
+    v = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), DIM, mask=table.column("v").combine_chunks().is_null())
+    table = table.set_column(3, "v", v)
+    root = str(tmp_path / "ns")
+    ns = create(root, [table])
+    index_all(ns)
+    part = next(p for p in PartitionedNamespace.load(root).partitions() if p.values == {"c": "b"})
+    ds = lance.dataset(part.uri)
+    ds.delete("id % 5 = 0 AND id < 450")
+    ns = PartitionedNamespace.load(root)
+    ns.commit_tables([TableCommit(part.spec_id, part.values, part.location, ds.version, part.object_id)])
+    data = data_of([table])
+    gone = np.isin(data.cats, ["b"]) & (data.ids % 5 == 0) & (data.ids < 450)
+    for q in [*_queries(6, seed=32), dup[0] + 1e-3]:
+        got = search(root, q, k=7, nprobes=1, refine_factor=1, columns=["id", "c"])
+        ids = got.column("id").to_pylist()
+        order = {c: i for i, c in enumerate(p.values["c"] for p in PartitionedNamespace.load(root).partitions())}
+        truth = np.where(data.null | gone, np.inf, ((data.vectors.astype(np.float64) - q) ** 2).sum(axis=1))
+        ranked = sorted(range(len(truth)), key=lambda i: (truth[i], order[data.cats[i]], data.ids[i]))[:7]
+        assert ids == [int(data.ids[i]) for i in ranked]
+        assert np.allclose(got.column("_distance").to_numpy(), truth[ranked], rtol=1e-5, atol=1e-5)
+    write_table(PartitionedNamespace.load(root), make_table(5, 33, start=10_000, cats=["b"]))
+    fresh = PartitionedNamespace.load(root)
+    added = pa.concat_tables(p for p in [make_table(5, 33, start=10_000, cats=["b"])])
+    q = added.column("v").combine_chunks().flatten().to_numpy(zero_copy_only=False)[:DIM]
+    assert search(fresh, q, k=1, columns=["id"]).column("id").to_pylist() == [10_000]
+    assert search(root, q, k=1, columns=["id"], manifest_version=fresh.manifest_version - 1).column(
+        "id"
+    ).to_pylist() != [10_000]
 
 
 def test_refine_factor_must_be_a_whole_number(tmp_path):

@@ -17,27 +17,33 @@ that came back short is searched again with a larger ``k``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError, first_line, translate_lance_errors
 from partitioning.namespace import PartitionedNamespace
-from partitioning.search import knn_scan
+from partitioning.search import knn_scan, vector_cache
+from partitioning.search.pinned import index_metric, is_pinned, open_task, options_key, pinned_metric
+from partitioning.search.query_args import (
+    DEFAULT_METRIC,
+    DEFAULT_REFINE_FACTOR,
+    DISTANCE,
+    METRICS,
+    positive,
+    query_matrix,
+    resolve_vector_column,
+)
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.spec.vectors import is_vector_type, vector_dimension
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from partitioning.sql.rowfilter import arrow_predicate, lance_filter
-from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
 from partitioning.storage.alignment import dataset_columns, reconcile
 
@@ -53,12 +59,9 @@ __all__ = [
     "search_tasks",
 ]
 
-DISTANCE = "_distance"
-METRICS = ("l2", "cosine", "dot")
-DEFAULT_METRIC = "l2"
 SEARCH_THREADS = 8
-PINNED_DATASETS = 256  # partition datasets kept open per process, with their index caches
 _T = TypeVar("_T")
+_A = TypeVar("_A")
 _ORDER = "__search_order"
 
 
@@ -86,56 +89,6 @@ class SearchPlan:
     def output_schema(self) -> pa.Schema:
         fields = [pa.field(c, self.schema.arrow.field(c).type) for c in self.output]
         return pa.schema([*fields, pa.field(DISTANCE, pa.float32())])
-
-
-def vector_columns(schema: pa.Schema) -> list[str]:
-    """The namespace's vector columns (fixed-size lists of floats), in schema order."""
-    return [f.name for f in schema if is_vector_type(f.type)]
-
-
-def resolve_vector_column(schema: pa.Schema, column: str | None) -> tuple[str, int]:
-    """``(column, dimension)``; ``None`` means the namespace's only vector column."""
-    vectors = vector_columns(schema)
-    if column is None:
-        if len(vectors) == 1:
-            return vectors[0], vector_dimension(schema.field(vectors[0]).type)
-        if not vectors:
-            raise SchemaError("the namespace has no vector column (a fixed-size list of float16/float32/float64)")
-        raise InvalidInput(f"the namespace has several vector columns; pass column= one of: {', '.join(vectors)}")
-    if column not in schema.names:
-        raise SchemaError(f"unknown column {column!r}; columns are: {', '.join(schema.names)}")
-    t = schema.field(column).type
-    if not is_vector_type(t):
-        hint = f"; vector columns are: {', '.join(vectors)}" if vectors else ""
-        raise SchemaError(
-            f"column {column!r} is {t}, not a vector column (a fixed-size list of float16/float32/float64){hint}"
-        )
-    return column, vector_dimension(t)
-
-
-def query_matrix(vectors: Any, column: str, dimension: int) -> np.ndarray:
-    """Query vectors as an ``(n, dimension)`` float32 matrix (one vector is ``n = 1``)."""
-    try:
-        matrix = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"query vector for column {column!r} is not a list of numbers: {first_line(exc)}") from exc
-    if matrix.ndim == 1:
-        matrix = matrix.reshape(1, -1)
-    if matrix.ndim != 2 or matrix.shape[1] != dimension:
-        got = matrix.shape[-1] if matrix.ndim else 0
-        raise InvalidInput(f"query vector has dimension {got}, but column {column!r} has dimension {dimension}")
-    if not np.isfinite(matrix).all():
-        raise InvalidInput(f"query vector for column {column!r} holds NaN or infinite values")
-    return matrix
-
-
-# re-rank 10k index candidates per partition by exact distance (lancedb's refine_factor)
-DEFAULT_REFINE_FACTOR = 10
-
-
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
 
 
 def plan_search(
@@ -166,14 +119,14 @@ def plan_search(
     """
     arrow = ns.schema
     name, dimension = resolve_vector_column(arrow, column)
-    _positive("k", k)
-    _positive("nprobes", nprobes)
+    positive("k", k)
+    positive("nprobes", nprobes)
     if refine_factor is None:
         refine_factor = DEFAULT_REFINE_FACTOR
     elif refine_factor == 0 and not isinstance(refine_factor, bool):
         refine_factor = None  # off: the index's approximate distances and order
     else:
-        _positive("refine_factor", refine_factor)
+        positive("refine_factor", refine_factor)
     if metric is not None and (not isinstance(metric, str) or metric.lower() not in METRICS):
         raise InvalidInput(f"unknown metric {metric!r}; metrics are: {', '.join(METRICS)}")
     output = tuple(arrow.names) if columns is None else tuple(columns)
@@ -211,47 +164,21 @@ def plan_search(
     )
 
 
-def _open_task(task: ScanTask, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
-    """The partition's dataset as the manifest pins it. A pinned version never changes, so it
-    is opened once per process (:func:`_pinned`): the dataset object keeps Lance's index
-    cache, without which every search reads the index from storage again (3x slower).
-    Branch and tag reads may move and are opened each time."""
-    if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
-        return open_partition_table(task.uri, task.read_version, task.read_branch, task.read_tag, storage_options)
-    return _pinned(task.uri, task.read_version, tuple(sorted((storage_options or {}).items())))
-
-
-@functools.lru_cache(maxsize=PINNED_DATASETS)
-def _pinned(uri: str, version: int, options: tuple[tuple[str, str], ...]) -> lance.LanceDataset:
-    return open_partition_table(uri, version, None, None, dict(options) or None)
-
-
-def _open(plan: SearchPlan, task: ScanTask) -> lance.LanceDataset:
-    return _open_task(task, plan.storage_options)
-
-
-def index_metric(dataset: lance.LanceDataset, column: str) -> str | None:
-    """The metric of the dataset's vector index on ``column`` (its dataset name), if any."""
-    with translate_lance_errors(f"list indexes of {dataset.uri}"):
-        for index in dataset.describe_indices():
-            if list(index.field_names) != [column] or "Vector" not in index.type_url:
-                continue
-            found = (index.details or {}).get("metric_type")  # index_stats costs ~30 ms a partition
-            if not isinstance(found, str):
-                indices = dataset.stats.index_stats(index.name).get("indices") or [{}]
-                found = indices[0].get("metric_type")
-            if isinstance(found, str):
-                return found.lower()
-    return None
-
-
 def _metric(ns: PartitionedNamespace, tasks: Sequence[ScanTask], column: str, metric: str | None, exact: bool) -> str:
     def one(task: ScanTask) -> tuple[str, str | None]:
-        dataset = _open_task(task, ns.storage_options)
+        dataset = open_task(task, ns.storage_options)
         mapping = dataset_columns(dataset.schema, ns.namespace_schema)
-        return task.object_id, index_metric(dataset, mapping[column]) if column in mapping else None
+        if column not in mapping:
+            return task.object_id, None
+        if is_pinned(task):
+            return task.object_id, pinned_metric(
+                task.uri, task.read_version, options_key(ns.storage_options), mapping[column]
+            )
+        return task.object_id, index_metric(dataset, mapping[column])
 
-    found = {oid: m for oid, m in _map(one, tasks, SEARCH_THREADS) if m is not None}
+    pinned = [t for t in tasks if is_pinned(t)]  # a cached lookup: cheaper than a thread
+    moving = [t for t in tasks if not is_pinned(t)]
+    found = {oid: m for oid, m in [*map(one, pinned), *_map(one, moving, SEARCH_THREADS)] if m is not None}
     if not found:
         return metric or DEFAULT_METRIC
     if metric is None:
@@ -274,18 +201,20 @@ def _metric(ns: PartitionedNamespace, tasks: Sequence[ScanTask], column: str, me
 def _search_partition(plan: SearchPlan, task: ScanTask, queries: np.ndarray) -> list[pa.Table]:
     """This partition's top-k per query (output columns + ``_distance``), ordered by distance.
 
-    A batch of queries over a partition small enough for :mod:`partitioning.search.knn_scan` is
-    answered exactly from one read of its vectors; otherwise each query is a Lance search."""
+    A filtered batch of queries over a partition small enough for
+    :mod:`partitioning.search.knn_scan` is answered exactly from one read of its matching
+    rows; otherwise each query is a Lance search (unfiltered small partitions go through
+    :func:`_scan_partition`)."""
     empty = plan.output_schema.empty_table()
-    dataset = _open(plan, task)
+    dataset = open_task(task, plan.storage_options)
     mapping = dataset_columns(dataset.schema, plan.schema)
     if plan.column not in mapping:
         return [empty] * len(queries)  # the column was added after this partition was written: all NULL
+    rows = dataset.count_rows()
     exact = None if isinstance(plan.filter, TrueFilter) else plan.filter
     needed = [c for c in plan.schema.arrow.names if c in set(plan.output) | (columns_of(exact) if exact else set())]
     where = lance_filter(plan.filter, plan.schema.arrow, mapping)
     predicate = arrow_predicate(exact, plan.schema.arrow) if exact is not None else None
-    rows = dataset.count_rows()
     if len(queries) > 1 and plan.prefilter and knn_scan.fits(rows, plan.dimension, plan.metric):
         wanted = [c for c in plan.schema.arrow.names if c in {*needed, plan.column}]
         with translate_lance_errors(f"search partition table {task.object_id}"):
@@ -308,7 +237,7 @@ def _search_partition(plan: SearchPlan, task: ScanTask, queries: np.ndarray) -> 
                 nearest["refine_factor"] = plan.refine_factor
             with translate_lance_errors(f"search partition table {task.object_id}"):
                 raw = dataset.to_table(
-                    columns=[mapping[c] for c in needed if c in mapping],
+                    columns=[*(mapping[c] for c in needed if c in mapping), DISTANCE],
                     nearest=nearest,
                     filter=where,
                     prefilter=plan.prefilter,
@@ -335,7 +264,7 @@ def merge_top_k(tables: Sequence[pa.Table], k: int) -> pa.Table:
     return table.take(order.slice(0, k)).drop_columns([_ORDER])
 
 
-def _map(fn: Callable[[ScanTask], _T], tasks: Sequence[ScanTask], threads: int) -> list[_T]:
+def _map(fn: Callable[[_A], _T], tasks: Sequence[_A], threads: int) -> list[_T]:
     """``fn`` over ``tasks`` in a thread pool; in this thread for one task (a pool costs more
     than a pruned search of one partition)."""
     if len(tasks) <= 1:
@@ -351,7 +280,10 @@ def search_tasks(
     if not tasks:
         return [plan.output_schema.empty_table() for _ in queries]
     try:
-        per_task = _map(lambda t: _search_partition(plan, t, queries), tasks, threads)
+        scanned = [vector_cache.scan_partition(plan, t, queries) for t in tasks]
+        rest = [t for t, s in zip(tasks, scanned, strict=True) if s is None]
+        searched = iter(_map(lambda t: _search_partition(plan, t, queries), rest, threads))
+        per_task = vector_cache.take_winners(plan, [next(searched) if s is None else s for s in scanned], len(queries))
     except PartitioningError:
         raise
     except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:

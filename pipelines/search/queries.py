@@ -94,18 +94,32 @@ def _run_groups(spark: SparkSession, plan: SearchPlan, queries: np.ndarray, ids:
                 except PartitioningError:
                     hide_worker_traceback()
                     raise
-                for i, table in enumerate(found):
-                    if table.num_rows == 0:
-                        continue
-                    n = table.num_rows
-                    key = [pa.array([i] * n, pa.int64())]
-                    if qids is not None:
-                        key.append(qids.take(pa.array([i] * n)))
-                    shaped = to_spark_table(table)
-                    cols = [*key, *shaped.columns, pa.array([g] * n, pa.int64()), pa.array(range(n), pa.int64())]
-                    yield from pa.Table.from_arrays(cols, schema=out_schema).to_batches()
+                sizes = np.array([t.num_rows for t in found], dtype=np.int64)
+                n = int(sizes.sum())
+                if not n:
+                    continue
+                query = np.repeat(np.arange(len(found), dtype=np.int64), sizes)
+                key = [pa.array(query)] + ([] if qids is None else [qids.take(pa.array(query))])
+                shaped = to_spark_table(pa.concat_tables(found)).combine_chunks()
+                rank = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+                cols = [*key, *shaped.columns, pa.array(np.full(n, g, dtype=np.int64)), pa.array(rank)]
+                yield from pa.Table.from_arrays(cols, schema=out_schema).to_batches()
 
     return spark.range(0, len(groups), 1, len(groups)).mapInArrow(run, from_arrow_schema(out_schema))
+
+
+def _driver_join(
+    spark: SparkSession, plan: SearchPlan, queries: np.ndarray, ids: pa.Array, query_id: str, schema: T.StructType
+) -> DataFrame:
+    """Every query's top-k searched here (threads over partitions), as one DataFrame."""
+    found = search_tasks(plan, plan.tasks, queries)
+    sizes = np.array([t.num_rows for t in found], dtype=np.int64)
+    if not sizes.sum():
+        return spark.createDataFrame([], schema)
+    rows = to_spark_table(pa.concat_tables(found)).combine_chunks()
+    key = ids.take(pa.array(np.repeat(np.arange(len(found)), sizes)))
+    result = pa.Table.from_arrays([key, *rows.columns], names=[query_id, *rows.column_names])
+    return spark.createDataFrame(result, schema=schema)
 
 
 def search_partitioned(
@@ -199,13 +213,15 @@ def knn_join(
     prefilter: bool = True,
     manifest_version: int | None = None,
     storage_options: Mapping[str, str] | None = None,
+    driver_max_partitions: int = DRIVER_MAX_PARTITIONS,
 ) -> DataFrame:
     """For every query row its ``k`` nearest rows: ``query_id``, the target columns, ``_distance``.
 
     The queries (``query_id`` and the vector ``query_column``: an array of numbers or a
-    ``pyspark.ml`` Vector) are collected once; one Spark job searches every query in each
-    partition, which each task opens once. A query whose vector is NULL matches nothing.
-    Ordered as the queries, then by distance.
+    ``pyspark.ml`` Vector) are collected once. Up to ``driver_max_partitions`` partitions
+    are searched from the driver in a thread pool; with more, one Spark job searches every
+    query in each partition, which each task opens once. A query whose vector is NULL
+    matches nothing. Ordered as the queries, then by distance.
     """
     plan = _plan(
         spark,
@@ -243,6 +259,8 @@ def knn_join(
     schema = T.StructType([T.StructField(query_id, id_field.dataType, id_field.nullable), *target.fields])
     if not plan.tasks or len(matrix) == 0:
         return spark.createDataFrame([], schema)
+    if len(plan.tasks) <= driver_max_partitions:
+        return _driver_join(spark, plan, matrix, ids, query_id, schema)
     found = _run_groups(spark, plan, matrix, ids)
     nearest = Window.partitionBy(_QUERY).orderBy(DISTANCE, _GROUP, _RANK)
     ranked = found.withColumn("__n", F.row_number().over(nearest)).where(F.col("__n") <= plan.k)
