@@ -167,9 +167,10 @@ def test_small_partitions_are_answered_exactly_from_memory(tmp_path, monkeypatch
     rng = np.random.default_rng(31)
     table = make_table(900, 32, null_every=13)
     dup = np.tile(rng.standard_normal((1, DIM)).astype(np.float32), (12, 1))  # 12 equal vectors
-    flat = table.column("v").combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, DIM).copy()
+    column = table.column("v").combine_chunks()
+    flat = column.values.to_numpy(zero_copy_only=False).reshape(-1, DIM).copy()
     flat[100:112] = dup
-    v = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), DIM, mask=table.column("v").combine_chunks().is_null())
+    v = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), DIM, mask=column.is_null())
     table = table.set_column(3, "v", v)
     root = str(tmp_path / "ns")
     ns = create(root, [table])
@@ -191,7 +192,7 @@ def test_small_partitions_are_answered_exactly_from_memory(tmp_path, monkeypatch
         assert np.allclose(got.column("_distance").to_numpy(), truth[ranked], rtol=1e-5, atol=1e-5)
     write_table(PartitionedNamespace.load(root), make_table(5, 33, start=10_000, cats=["b"]))
     fresh = PartitionedNamespace.load(root)
-    added = pa.concat_tables(p for p in [make_table(5, 33, start=10_000, cats=["b"])])
+    added = make_table(5, 33, start=10_000, cats=["b"])
     q = added.column("v").combine_chunks().flatten().to_numpy(zero_copy_only=False)[:DIM]
     assert search(fresh, q, k=1, columns=["id"]).column("id").to_pylist() == [10_000]
     assert search(root, q, k=1, columns=["id"], manifest_version=fresh.manifest_version - 1).column(
