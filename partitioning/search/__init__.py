@@ -4,8 +4,8 @@
 commits index segments per partition table; ``query_args`` checks a search's arguments;
 ``pinned`` keeps partition datasets of pinned versions open (with Lance's index cache);
 ``nearest`` plans and searches across partitions, with ``knn_scan`` as the exact
-brute-force top-k of a filtered batch and ``vector_cache`` answering unfiltered searches
-of small partitions from their vectors in memory.
+brute-force top-k of a filtered batch, and ``scanned`` answering unfiltered searches of
+small partitions from their vectors in memory (``vector_cache``: the cache and the scoring).
 
 May import: :mod:`partitioning.namespace` and everything below it. Imported by :mod:`pipelines`.
 """

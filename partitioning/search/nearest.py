@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError, first_line, translate_lance_errors
 from partitioning.namespace import PartitionedNamespace
-from partitioning.search import knn_scan, vector_cache
+from partitioning.search import knn_scan, scanned
 from partitioning.search.pinned import index_metric, is_pinned, open_task, options_key, pinned_metric
 from partitioning.search.query_args import (
     DEFAULT_METRIC,
@@ -280,10 +280,15 @@ def search_tasks(
     if not tasks:
         return [plan.output_schema.empty_table() for _ in queries]
     try:
-        scanned = [vector_cache.scan_partition(plan, t, queries) for t in tasks]
-        rest = [t for t, s in zip(tasks, scanned, strict=True) if s is None]
+        tried = [scanned.scan_partition(plan, t, queries) for t in tasks]
+        hits = [s for s in tried if s is not None]
+        won = scanned.winners(plan, hits) if hits else None
+        if won is not None and len(hits) == len(tasks):
+            return won.per_query(len(queries))
+        rest = [t for t, s in zip(tasks, tried, strict=True) if s is None]
         searched = iter(_map(lambda t: _search_partition(plan, t, queries), rest, threads))
-        per_task = vector_cache.take_winners(plan, [next(searched) if s is None else s for s in scanned], len(queries))
+        split = iter(won.per_partition(len(hits), len(queries)) if won is not None else [])
+        per_task = [next(searched) if s is None else next(split) for s in tried]
     except PartitioningError:
         raise
     except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
