@@ -17,6 +17,7 @@ that came back short is searched again with a larger ``k``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 SEARCH_THREADS = 8
+BATCH = 32  # queries from which small partitions are scored in several threads
 _T = TypeVar("_T")
 _A = TypeVar("_A")
 _ORDER = "__search_order"
@@ -267,7 +269,7 @@ def merge_top_k(tables: Sequence[pa.Table], k: int) -> pa.Table:
 def _map(fn: Callable[[_A], _T], tasks: Sequence[_A], threads: int) -> list[_T]:
     """``fn`` over ``tasks`` in a thread pool; in this thread for one task (a pool costs more
     than a pruned search of one partition)."""
-    if len(tasks) <= 1:
+    if len(tasks) <= 1 or threads <= 1:
         return [fn(t) for t in tasks]
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(tasks)))) as pool:
         return list(pool.map(fn, tasks))
@@ -280,7 +282,9 @@ def search_tasks(
     if not tasks:
         return [plan.output_schema.empty_table() for _ in queries]
     try:
-        tried = [scanned.scan_partition(plan, t, queries) for t in tasks]
+        # a batch keeps the cores busy between matrix products; one query is cheaper on one thread
+        pool = 1 if len(queries) < BATCH else min(threads, (os.cpu_count() or 1) + 1)
+        tried = _map(lambda t: scanned.scan_partition(plan, t, queries), tasks, pool)
         hits = [s for s in tried if s is not None]
         won = scanned.winners(plan, hits) if hits else None
         if won is not None and len(hits) == len(tasks):
