@@ -290,7 +290,7 @@ def vector_search(spark: Any) -> None:
     tables = [make_table(600, 3, null_every=4)]
     create(root, tables)
     data = data_of(tables)
-    report = create_vector_index(root, "v", index_type="IVF_FLAT", num_partitions=4, spark=spark)
+    report = create_vector_index(root, "v", index_type="IVF_FLAT", num_partitions=4, spark=spark, driver_max_values=0)
     check("vector index: every partition", report.tables, 4)
     listed = PartitionedNamespace.load(root).indexes().to_pylist()
     # Lance counts the rows of the fragments an index covers, NULL vectors included.

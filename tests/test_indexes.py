@@ -60,11 +60,22 @@ def brute_force(data: pa.Table, q: np.ndarray, k: int) -> list[int]:
     return data.column("id").to_numpy()[order[:k]].tolist()
 
 
-def test_shared_model_indexes_every_partition_fully(spark, tmp_path):
+@pytest.mark.parametrize("where", ["driver threads", "Spark tasks"])
+def test_shared_model_indexes_every_partition_fully(spark, tmp_path, where):
+    """The same index whether the sample and the builds run in the driver's threads (a small
+    build) or as Spark tasks; only the latter starts Spark jobs."""
     root = str(tmp_path / "ns")
     ns, data = namespace(root, {"a": 1200, "b": 10, "c": 600})
     before = ns.manifest_version
-    report = create_vector_index(root, "v", index_type="IVF_PQ", num_partitions=8, spark=spark)
+    limit = {} if where == "driver threads" else {"driver_max_values": 0}
+    group = f"index-{where.replace(' ', '-')}-{tmp_path.name}"
+    spark.sparkContext.setJobGroup(group, where)
+    try:
+        report = create_vector_index(root, "v", index_type="IVF_PQ", num_partitions=8, spark=spark, **limit)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+    assert (len(jobs) >= 2) if where == "Spark tasks" else not jobs, jobs
     ns = PartitionedNamespace.load(root)
     assert ns.manifest_version == before + 2  # the model's definition, then ONE commit of the tables
     assert report.tables == 3

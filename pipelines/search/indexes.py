@@ -7,7 +7,8 @@ then each partition's index is built with that model by a task
 (:func:`partitioning.search.indexes.build_segment`) and committed by the driver
 (:func:`partitioning.search.indexes.commit_indexes`). :func:`optimize_indexes` folds unindexed
 rows in (a delta segment per partition, with the recorded model) and indexes
-partitions created since. Without a SparkSession everything runs in this process.
+partitions created since. Without a SparkSession, or for a vector build of at most
+:data:`DRIVER_MAX_VALUES` values (rows x dimension), everything runs in this process's threads.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pyarrow as pa
@@ -45,8 +47,13 @@ from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
 
-__all__ = ["build_segments", "create_scalar_index", "create_vector_index", "optimize_indexes"]
+__all__ = ["DRIVER_MAX_VALUES", "build_segments", "create_scalar_index", "create_vector_index", "optimize_indexes"]
 
+# A vector build over at most this many values (rows x dimension: 256 MiB of float32) runs in
+# the driver's threads: Spark's jobs cost more than the build (a sample job and a build job,
+# each with Python workers to start), and the data is no more than one Lance dataset holds.
+DRIVER_MAX_VALUES = 1 << 26
+DRIVER_THREADS = 4
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -56,9 +63,13 @@ def _load(root: str, session: SparkSession | None, storage_options: Mapping[str,
 
 
 def _run(session: SparkSession | None, items: Sequence[T], fn: Callable[[T], R], what: str, root: str) -> list[R]:
-    """``fn`` over ``items``: one Spark task each (``range`` + ``mapInArrow``, classic or Connect), or in-process."""
+    """``fn`` over ``items``: one Spark task each (``range`` + ``mapInArrow``, classic or
+    Connect), or in this process's threads (Lance's builds and takes release the GIL)."""
     if session is None:
-        return [fn(i) for i in items]
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        with ThreadPoolExecutor(max_workers=min(DRIVER_THREADS, len(items))) as pool:
+            return list(pool.map(fn, items))
     label = root.rstrip("/").rsplit("/", 1)[-1]
     with spark_errors(f"{what} {root}"), describe_jobs(session, f"lance_partitioned: {what} ({label})"):
         return run_tasks(session, items, fn)
@@ -105,6 +116,21 @@ def _train(
     )
 
 
+def _placed(
+    session: SparkSession | None,
+    ns: PartitionedNamespace,
+    specs: Sequence[IndexSpec],
+    tasks: Sequence[IndexTask],
+    driver_max_values: int,
+) -> SparkSession | None:
+    """Where the tasks run: ``session``'s tasks, or ``None`` (this process) for a vector build
+    of at most ``driver_max_values`` values, or without a session."""
+    if session is None or not all(s.is_vector for s in specs):
+        return session
+    width = max(vector_dimension(ns.schema.field(column_name(ns, s)).type) for s in specs)
+    return None if sum(t.rows for t in tasks) * width <= driver_max_values else session
+
+
 def _build(
     session: SparkSession | None,
     ns: PartitionedNamespace,
@@ -113,6 +139,7 @@ def _build(
     *,
     replace: bool,
     train: bool,
+    driver_max_values: int = 0,
 ) -> IndexReport:
     with guarded(ns.root, ns.storage_options) as guard:
         ns.refresh(guard=guard)  # the lease is there before the plan reads the tables
@@ -120,6 +147,7 @@ def _build(
         tasks = plan_index_tasks(ns, spec, scan, incremental=False, replace=replace)
         if not tasks:
             return IndexReport("index", ns.root, ns.manifest_version, (spec.name,))
+        session = _placed(session, ns, [spec], tasks, driver_max_values)
         if train:
             spec = _train(session, ns, spec, tasks)
             tasks = [dataclasses.replace(t, spec=spec.to_json()) for t in tasks]
@@ -139,6 +167,7 @@ def create_vector_index(
     name: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     spark: SparkSession | None = None,
+    driver_max_values: int = DRIVER_MAX_VALUES,
     **index_params: int,
 ) -> IndexReport:
     """Build a vector index on ``column`` in every partition ``filter`` selects, with ONE shared model.
@@ -147,11 +176,15 @@ def create_vector_index(
     cosine or dot. ``index_params``: ``num_partitions`` (IVF lists; default about the
     square root of the rows), ``num_sub_vectors`` (PQ types), ``sample_size`` (training
     vectors), ``max_iters``, and ``m``/``ef_construction`` (HNSW types).
+
+    The sample, the training and the per-partition builds run in the driver's threads when
+    the selected rows hold at most ``driver_max_values`` values (rows x dimension), else
+    the sample and the builds are Spark tasks.
     """
     session = session_or_active(spark)
     ns = _load(root, session, storage_options)
     spec = define_vector_index(ns, column, index_type, metric, name, index_params)
-    return _build(session, ns, spec, filter, replace=replace, train=True)
+    return _build(session, ns, spec, filter, replace=replace, train=True, driver_max_values=driver_max_values)
 
 
 def create_scalar_index(
@@ -178,9 +211,11 @@ def optimize_indexes(
     filter: str | Filter | None = None,
     storage_options: Mapping[str, str] | None = None,
     spark: SparkSession | None = None,
+    driver_max_values: int = DRIVER_MAX_VALUES,
 ) -> IndexReport:
     """Index the unindexed rows of every recorded index (a delta segment built with the recorded
-    model; scalar indexes are rebuilt) and partitions created since, in ONE ``__manifest`` commit."""
+    model; scalar indexes are rebuilt) and partitions created since, in ONE ``__manifest`` commit.
+    Vector-only work of at most ``driver_max_values`` values runs in the driver's threads."""
     session = session_or_active(spark)
     ns = _load(root, session, storage_options)
     specs = recorded_specs(ns.properties)
@@ -194,6 +229,7 @@ def optimize_indexes(
         tasks = [t for s in specs.values() for t in plan_index_tasks(ns, s, scan, incremental=True)]
         if not tasks:
             return IndexReport("optimize_indexes", ns.root, ns.manifest_version, tuple(sorted(specs)))
+        session = _placed(session, ns, list(specs.values()), tasks, driver_max_values)
         builds = build_segments(session, ns, tasks)
         report = commit_indexes(ns, builds, tuple(sorted(specs)), guard=guard)
     return IndexReport(
