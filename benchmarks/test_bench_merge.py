@@ -8,7 +8,9 @@ partition), half are new ids. Each timed run works on a fresh copy of both targe
 ``update_rows`` of 1% of the rows, spread over every partition (ids whose block of
 ``PARTITIONS`` consecutive ids is a multiple of 100; each engine in its own SQL), is timed
 against delta-rs's ``update``. Every run's
-result is checked: row count and the sum of ``v`` equal on both sides.
+result is checked: row count and the sum of ``v`` equal on both sides. Beside them, Spark's
+floors on the same rows in one parquet file, written to Spark's ``noop`` sink: the join a
+merge needs (the source against the target's keys) and the scan an update needs.
 
 Sizes come from ``BENCH_MERGE_TARGET_ROWS`` / ``BENCH_MERGE_SOURCE_ROWS`` /
 ``BENCH_MERGE_PARTITIONS`` (defaults: the issue's 10,000,000 / 1,000,000 / 1,500).
@@ -96,6 +98,10 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
     source_path = str(tmp_path / "source.parquet")
     source = _source()
     pq.write_table(source, source_path)
+    target_parquet = str(tmp_path / "target.parquet")  # one file: the cheapest target Spark can read
+    with pq.ParquetWriter(target_parquet, SCHEMA) as writer:
+        for start in range(0, TARGET_ROWS, chunk):
+            writer.write_table(target_rows(start, min(TARGET_ROWS, start + chunk)))
     expected_rows = TARGET_ROWS + (SOURCE_ROWS - SOURCE_ROWS // 2)
 
     def fresh(kind: str) -> str:
@@ -119,16 +125,38 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
     def delta_update(uri: str) -> None:
         DeltaTable(uri).update(updates={"v": "v + 1"}, predicate=f"(id / {PARTITIONS}) % 100 = 0")
 
+    def merge_floor(_: str) -> None:
+        # the least a Spark merge does: the target's keys joined with the source, the changed
+        # and new rows written (here to Spark's no-op sink)
+        keys = spark.read.parquet(target_parquet).select("id", "p")
+        joined = spark.read.parquet(source_path).join(keys.withColumnRenamed("p", "old_p"), "id", "left")
+        joined.write.format("noop").mode("overwrite").save()
+
+    def update_floor(_: str) -> None:
+        # the least a Spark update does: every row scanned for the condition, the matching
+        # rows changed and written (here to Spark's no-op sink)
+        rows = spark.read.parquet(target_parquet).where(f"(id div {PARTITIONS}) % 100 = 0")
+        rows.selectExpr("id", "p", "v + 1 AS v", "s").write.format("noop").mode("overwrite").save()
+
     def check(root: str, uri: str) -> None:
         ours = read_partitioned(spark, root).selectExpr("count(*)", "sum(v)").collect()[0]
         theirs = DeltaTable(uri).to_pyarrow_table(columns=["v"])
         assert ours[0] == theirs.num_rows
         assert abs(ours[1] - pa.compute.sum(theirs.column("v")).as_py()) < 1e-6 * max(1.0, abs(ours[1]))
 
-    samples: dict[str, list[float]] = {"ours merge": [], "delta merge": [], "ours update": [], "delta update": []}
+    samples: dict[str, list[float]] = {
+        "ours merge": [],
+        "delta merge": [],
+        "Spark merge floor": [],
+        "ours update": [],
+        "delta update": [],
+        "Spark update floor": [],
+    }
     for _ in range(REPEATS):
         root = _timed(fresh("ns"), ours_merge, samples["ours merge"])
         uri = _timed(fresh("delta"), delta_merge, samples["delta merge"])
+        _timed("", merge_floor, samples["Spark merge floor"])
+        _timed("", update_floor, samples["Spark update floor"])
         check(root, uri)
         assert DeltaTable(uri).to_pyarrow_table(columns=["id"]).num_rows == expected_rows
         _timed(root, ours_update, samples["ours update"])
@@ -140,3 +168,8 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
     for name, s in samples.items():
         print(f"  {name:13s} {_spread(s)}")
     print(f"  merge ratio ours/delta-rs: {merge_ratio:.2f}x; update_rows (1%) ratio: {update_ratio:.2f}x")
+    med = {name: statistics.median(s) for name, s in samples.items()}
+    print(
+        f"  Spark floors / delta-rs: merge {med['Spark merge floor'] / med['delta merge']:.2f}x, "
+        f"update {med['Spark update floor'] / med['delta update']:.2f}x"
+    )

@@ -181,3 +181,29 @@ def test_a_bad_row_is_one_line_and_nothing_is_committed(spark: SparkSession, tmp
     assert "\n" not in str(info.value) and "'v'" in str(info.value)
     assert PartitionedNamespace.load(root).manifest_version == before
     assert _stored(root) == oracle.canonical(TARGET, COLUMNS)
+
+
+def test_a_cached_dataframe_of_measured_size_is_written_by_the_driver(
+    spark: SparkSession, tmp_path: Any, no_tasks: None, monkeypatch: Any
+):
+    """A cached, materialized DataFrame whose counted size is within the bound is collected
+    and written by the driver: the stored rows are Spark's rows. Not yet materialized, over
+    the bound, or with a plan that can multiply rows, it is left to the tasks."""
+    path = str(tmp_path / "src.parquet")
+    spark.range(50_000).selectExpr("id", "CAST(id % 7 AS STRING) AS k", "repeat('x', id % 50) AS s").write.parquet(path)
+    cached = spark.read.parquet(path).cache()
+    assert small.small_rows(cached) is None  # not materialized: its size is still an estimate
+    cached.count()
+    root = str(tmp_path / "ns")
+    write_partitioned(cached.where("id % 3 = 0"), root, partition_by=["k"])
+    stored = sorted(
+        (r["id"], r["k"], r["s"])
+        for p in PartitionedNamespace.load(root).partitions()
+        for r in PartitionedNamespace.load(root).open_table(p).to_table().to_pylist()
+    )
+    assert stored == sorted((r.id, r.k, r.s) for r in cached.where("id % 3 = 0").collect())
+    assert small.small_rows(cached.selectExpr("explode(array(id, id)) AS id")) is None
+    assert small.small_rows(cached.join(cached, "id")) is None
+    monkeypatch.setattr(small, "MEASURED_WRITE_BYTES", 1000)
+    assert small.small_rows(cached) is None
+    cached.unpersist()
