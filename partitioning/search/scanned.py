@@ -85,7 +85,7 @@ class Winners:
 
 def winners(plan: SearchPlan, scanned: Sequence[Scanned]) -> Winners:
     """The scanned partitions' rows in some query's top-k among them, with their columns."""
-    found = [s.found for s in scanned]
+    found = _within_bound([s.found for s in scanned], plan.k)
     owner = np.repeat(np.arange(len(scanned)), [len(f.query) for f in found])
     query, position, distance = (
         np.concatenate([getattr(f, n) for f in found]) for n in ("query", "position", "distance")
@@ -105,6 +105,24 @@ def winners(plan: SearchPlan, scanned: Sequence[Scanned]) -> Winners:
     rows = pa.concat_tables(tables).take(pa.array(np.argsort(placed, kind="stable")))
     rows = rows.append_column(DISTANCE, pa.array(distance.astype(np.float32), pa.float32()))
     return Winners(rows, owner, query)
+
+
+def _within_bound(found: list[Found], k: int) -> list[Found]:
+    """Each partition's rows no farther than the nearest ``k``-th row of any one partition
+    (per query): a partition with ``k`` rows that near shows the global top-k is too, so
+    only these rows (ties at the bound included) need ranking together."""
+    n_queries = 1 + max((int(f.query[-1]) for f in found if len(f.query)), default=-1)
+    bound = np.full(n_queries, np.inf)
+    for f in found:
+        counts = np.bincount(f.query, minlength=n_queries)
+        full = np.flatnonzero(counts == k)
+        last = np.cumsum(counts) - 1
+        np.minimum.at(bound, full, f.distance[last[full]])
+    return [
+        Found(f.query[keep], f.position[keep], f.distance[keep])
+        for f in found
+        for keep in [f.distance <= bound[f.query]]
+    ]
 
 
 def _take(plan: SearchPlan, s: Scanned, positions: np.ndarray) -> pa.Table:

@@ -55,10 +55,11 @@ class Vectors:
     positions: np.ndarray
     matrix: np.ndarray
     scale: np.ndarray
+    scoring: np.ndarray  # l2: the rows with their squared norm appended (``matrix`` is a view of it)
 
     @property
     def nbytes(self) -> int:
-        return self.positions.nbytes + self.matrix.nbytes + self.scale.nbytes
+        return self.positions.nbytes + self.scoring.nbytes + self.scale.nbytes
 
 
 def _read(dataset: lance.LanceDataset, column: str, dimension: int, metric: str) -> Vectors:
@@ -74,9 +75,14 @@ def vectors_from(raw: pa.Array, dimension: int, metric: str) -> Vectors:
     values = flat.flatten() if isinstance(flat, pa.FixedSizeListArray) else pc.list_flatten(flat)
     matrix = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dimension)
     squares = np.einsum("ij,ij->i", matrix.astype(np.float64), matrix.astype(np.float64))
-    with np.errstate(divide="ignore"):
-        scale = 1.0 / np.sqrt(squares) if metric == "cosine" else squares
-    return Vectors(valid.astype(np.int64), matrix, scale)
+    if metric == "cosine":
+        with np.errstate(divide="ignore"):
+            return Vectors(valid.astype(np.int64), matrix, 1.0 / np.sqrt(squares), matrix)
+    # one matrix product gives |v|^2 - 2 v.q: the norm rides along as a last column
+    scoring = np.empty((len(matrix), dimension + 1), dtype=np.float32)
+    scoring[:, :dimension] = matrix
+    scoring[:, dimension] = squares
+    return Vectors(valid.astype(np.int64), scoring[:, :dimension], squares, scoring)
 
 
 def vectors_of(dataset: lance.LanceDataset, key: Hashable | None, column: str, dimension: int, metric: str) -> Vectors:
@@ -128,9 +134,9 @@ def _candidates(vectors: Vectors, q64: np.ndarray, k: int, metric: str) -> tuple
         if metric == "cosine":
             score = vectors.matrix @ q64.astype(np.float32).T  # rows x queries
             score *= -vectors.scale.astype(np.float32)[:, None]
-        else:
-            score = vectors.matrix @ (-2 * q64.astype(np.float32)).T  # -2 is exact in float32
-            score += vectors.scale.astype(np.float32)[:, None]
+        else:  # -2 is exact in float32
+            weights = np.hstack([-2 * q64.astype(np.float32), np.ones((len(q64), 1), np.float32)])
+            score = vectors.scoring @ weights.T
     n, keep = score.shape[0], k
     if n < keep * _WIDTH:
         rows, queries = np.nonzero(np.isfinite(score))
