@@ -76,3 +76,37 @@ def test_the_cache_keeps_what_fits_and_lets_the_oldest_go(monkeypatch, tmp_path)
     assert [key[0] for key in vector_cache._cache] == [("d", 1), ("d", 2)]
     assert vector_cache._held == [2 * one]
     assert vector_cache.vectors_of(tables[1], ("d", 1), "v", 4, "l2") is vector_cache._cache[(("d", 1), "v", "l2")]
+
+
+def test_a_plan_that_keeps_no_vectors_leaves_the_cache_alone(tmp_path, monkeypatch):
+    """What an executor's task searches (``keep_vectors=False``) is read for that search only;
+    the driver's searches keep each pinned partition's vectors."""
+    import dataclasses
+
+    from partitioning import PartitionedNamespace
+    from partitioning.search.nearest import plan_search, search_tasks
+    from partitioning.tables.write import write_table
+
+    monkeypatch.setattr(vector_cache, "_cache", type(vector_cache._cache)())
+    monkeypatch.setattr(vector_cache, "_held", [0])
+    schema = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.list_(pa.float32(), 4))])
+    root = str(tmp_path / "ns")
+    ns = PartitionedNamespace.create(root, schema, ["p"])
+    vectors = np.random.default_rng(3).normal(size=(60, 4)).astype(np.float32)
+    table = pa.table(
+        {
+            "id": np.arange(60),
+            "p": (np.arange(60) % 3).astype(np.int32),
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), 4),
+        },
+        schema=schema,
+    )
+    write_table(ns, table)
+    plan = plan_search(PartitionedNamespace.load(root), k=2, columns=["id"])
+    queries = vectors[:2] + 0.01
+    away = search_tasks(dataclasses.replace(plan, keep_vectors=False), plan.tasks, queries)
+    assert len(vector_cache._cache) == 0
+    kept = search_tasks(plan, plan.tasks, queries)
+    assert len(vector_cache._cache) == 3
+    assert [t.column("id").to_pylist() for t in away] == [t.column("id").to_pylist() for t in kept]
+    assert [t.column("id").to_pylist()[0] for t in kept] == [0, 1]

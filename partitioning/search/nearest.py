@@ -86,6 +86,7 @@ class SearchPlan:
     prefilter: bool
     tasks: tuple[ScanTask, ...]
     manifest_version: int
+    keep_vectors: bool = True  # small partitions' vectors stay in this process's cache
 
     @property
     def output_schema(self) -> pa.Schema:

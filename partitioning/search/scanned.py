@@ -55,7 +55,8 @@ def scan_partition(plan: SearchPlan, task: ScanTask, queries: np.ndarray) -> Sca
     mapping = dataset_columns(dataset.schema, plan.schema)
     if plan.column not in mapping or not knn_scan.fits(dataset.count_rows(), plan.dimension, plan.metric):
         return None
-    key = (task.uri, task.read_version, options_key(plan.storage_options)) if is_pinned(task) else None
+    keep = plan.keep_vectors and is_pinned(task)
+    key = (task.uri, task.read_version, options_key(plan.storage_options)) if keep else None
     with translate_lance_errors(f"search partition table {task.object_id}"):
         vectors = vectors_of(dataset, key, mapping[plan.column], plan.dimension, plan.metric)
     return Scanned(task, dataset, mapping, nearest_positions(vectors, queries, plan.k, plan.metric))

@@ -20,6 +20,7 @@ vectors), and ``_distance`` as ``float`` (squared L2 for ``l2``, 1 - cosine simi
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -83,7 +84,8 @@ def _run_groups(spark: SparkSession, plan: SearchPlan, queries: np.ndarray, ids:
     local = to_spark_table(plan.output_schema.empty_table()).schema
     head = [pa.field(_QUERY, pa.int64())] + ([] if ids is None else [pa.field(_ID, ids.type)])
     out_schema = pa.schema([*head, *local, pa.field(_GROUP, pa.int64()), pa.field(_RANK, pa.int64())])
-    blob = pickle.dumps((plan, groups, queries, ids))
+    # an executor's Python worker keeps no vectors: its tasks rarely meet the same partition again
+    blob = pickle.dumps((dataclasses.replace(plan, keep_vectors=False), groups, queries, ids))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         p, gs, qs, qids = pickle.loads(blob)
