@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from partitioning.errors import NamespaceNotFound, SchemaError, SpecError
+from partitioning.errors import NamespaceNotFound, SchemaError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import TableSlice, read_table
-from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_by import check_same_spec, parse_partition_by
 from partitioning.spec.vectors import spark_facing_schema
 from partitioning.sql.engine import matching_rows
 from partitioning.sql.from_sql import referenced_columns
@@ -101,9 +101,6 @@ def write_arrow(
             raise
     if partition_by is not None:
         wanted = parse_partition_by(list(partition_by), ns.namespace_schema)
-        if [f.signature for f in wanted.fields] != [f.signature for f in ns.current_spec.fields]:
-            raise SpecError(
-                f"the namespace at {root} is partitioned as {ns.current_spec}, not {wanted}; "
-                "leave partition_by out to write with the current spec, or evolve the spec first"
-            )
+        hint = "leave partition_by out to write with the current spec, or evolve the spec first"
+        check_same_spec(root, ns.current_spec, wanted, hint)
     return write_table(ns, table, mode=mode, write_id=write_id)

@@ -18,7 +18,7 @@ from partitioning.spec.partition_spec import PartitionField, PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.transforms import IdentityTransform, Transform, parse_transform
 
-__all__ = ["parse_partition_by", "spec_of_parts", "time_hierarchy_gaps"]
+__all__ = ["check_same_spec", "parse_partition_by", "spec_of_parts", "time_hierarchy_gaps"]
 
 _log = logging.getLogger(__name__)
 
@@ -127,3 +127,10 @@ def time_hierarchy_gaps(fields: Sequence[PartitionField], schema: NamespaceSchem
                 )
                 break
     return lines
+
+
+def check_same_spec(root: str, current: PartitionSpec, wanted: PartitionSpec, hint: str) -> None:
+    """Refuse a write into an existing namespace that asks for other partitioning than its
+    current spec (the same fields and transforms, in order), in one line ending in ``hint``."""
+    if [f.signature for f in wanted.fields] != [f.signature for f in current.fields]:
+        raise SpecError(f"the namespace at {root} is partitioned as {current}, not {wanted}; {hint}")

@@ -55,7 +55,7 @@ from pyspark.sql.types import StructField, StructType
 
 from partitioning.errors import InvalidInput, PartitioningError, SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_by import check_same_spec, parse_partition_by
 from partitioning.storage.guard import Guard
 from partitioning.storage.leases import LeaseRef, keep_alive, release_lease, take_lease
 from partitioning.storage.manifest import ManifestStore
@@ -263,11 +263,9 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             ns = PartitionedNamespace.load(root, storage_options)
             if "partition_by" in opts:
                 wanted = parse_partition_by(_partition_by(opts["partition_by"]), ns.namespace_schema)
-                if [f.signature for f in wanted.fields] != [f.signature for f in ns.current_spec.fields]:
-                    raise SpecError(
-                        f"the namespace at {root} is partitioned as {ns.current_spec}, not {wanted}; "
-                        "omit option partition_by to write with the current spec"
-                    )
+                check_same_spec(
+                    root, ns.current_spec, wanted, "omit option partition_by to write with the current spec"
+                )
             if _true(opts, "mergeSchema"):
                 ns = merge_spark_schema(schema, ns)
             return ns

@@ -19,7 +19,7 @@ from partitioning.errors import (
     SpecError,
 )
 from partitioning.namespace import PartitionedNamespace
-from partitioning.spec.partition_by import parse_partition_by
+from partitioning.spec.partition_by import check_same_spec, parse_partition_by
 from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.storage.guard import guarded
@@ -64,11 +64,8 @@ def _resolve_namespace(
             return None, f"a namespace already exists at {root} (mode='ignore')", False
         ns = PartitionedNamespace.load(root, storage_options)
         wanted = _requested_spec(spec, partition_by, ns.namespace_schema)
-        if wanted is not None and [f.signature for f in wanted.fields] != [f.signature for f in ns.current_spec.fields]:
-            raise SpecError(
-                f"the namespace at {root} is partitioned as {ns.current_spec}, not {wanted}; "
-                "omit partition_by/spec to write with the current spec"
-            )
+        if wanted is not None:
+            check_same_spec(root, ns.current_spec, wanted, "omit partition_by/spec to write with the current spec")
         return ns, mode, False
     check_new_root(root, storage_options)
     if spec is None and not partition_by:
