@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
+from collections.abc import Callable
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from benchmarks.conftest import Timing
+from benchmarks.conftest import interleaved_samples
 from partitioning import PartitionedNamespace
 from pipelines.write.dataframe import write_partitioned
 
@@ -71,16 +71,15 @@ def _shape(spark: SparkSession, name: str, rows: int) -> DataFrame:
 SHAPES = ["narrow ints", "mixed strings", "wide + vector"]
 
 
-def _interleaved(runs: dict[str, callable]) -> dict[str, Timing]:
-    for fn in runs.values():
-        fn()  # warm-up: Python workers start, the JIT compiles
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(REPEATS):
-        for name, fn in runs.items():
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
-    return {name: Timing(tuple(s)) for name, s in samples.items()}
+def _compare(label: str, rows: int, target: float, ours: Callable[[], None], parquet: Callable[[], None]) -> None:
+    """Time ``ours`` and ``parquet`` interleaved (one warm-up each: Python workers start, the JIT
+    compiles) and print both with their ratio."""
+    t = interleaved_samples({"ours": ours, "parquet": parquet}, repeats=REPEATS)
+    ratio = t["ours"].median / t["parquet"].median
+    print(
+        f"\n[write, {label}] {rows:,} rows: ours {t['ours']}, parquet {t['parquet']}, "
+        f"ratio {ratio:.2f} (target <= {target})"
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -96,12 +95,7 @@ def test_single_partition_write_vs_parquet(spark, tmp_path, shape):
     def parquet() -> None:
         df.write.mode("overwrite").parquet(str(out))
 
-    t = _interleaved({"ours": ours, "parquet": parquet})
-    ratio = t["ours"].median / t["parquet"].median
-    print(
-        f"\n[write, 1 partition, {shape}] {SINGLE_ROWS:,} rows: ours {t['ours']}, parquet {t['parquet']}, "
-        f"ratio {ratio:.2f} (target <= 1.2)"
-    )
+    _compare(f"1 partition, {shape}", SINGLE_ROWS, 1.2, ours, parquet)
     assert PartitionedNamespace.load(str(root)).partitions()[0].read_version >= 1
     df.unpersist()
 
@@ -121,12 +115,7 @@ def test_bucket_write_vs_parquet(spark, tmp_path, shape):
     def parquet() -> None:
         with_b.write.mode("overwrite").partitionBy("b").parquet(str(out))
 
-    t = _interleaved({"ours": ours, "parquet": parquet})
-    ratio = t["ours"].median / t["parquet"].median
-    print(
-        f"\n[write, bucket[16], {shape}] {BUCKET_ROWS:,} rows: ours {t['ours']}, parquet {t['parquet']}, "
-        f"ratio {ratio:.2f} (target <= 0.8)"
-    )
+    _compare(f"bucket[16], {shape}", BUCKET_ROWS, 0.8, ours, parquet)
     assert len(PartitionedNamespace.load(str(root)).partitions()) == 16
     df.unpersist()
     with_b.unpersist()

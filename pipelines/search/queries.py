@@ -8,8 +8,9 @@ no Spark job (low latency); with more, one Spark job searches them, a task per g
 partitions returning its local top-k, and the driver merges those to the global top-k.
 Both give the same rows (ties are broken by partition order, then row order).
 
-``knn_join`` collects the queries once and runs one Spark job in which each task opens
-its group of partitions once and searches every query there; a window keeps each
+``knn_join`` collects the queries once; up to ``driver_max_partitions`` partitions it
+searches them all from the driver, else one Spark job in which each task opens its
+group of partitions once and searches every query there, and a window keeps each
 query's ``k`` nearest rows. Both use only ``range``/``mapInArrow``/``createDataFrame``, so
 they run on classic Spark and Spark Connect alike.
 
