@@ -10,7 +10,9 @@ partition), half are new ids. Each timed run works on a fresh copy of both targe
 against delta-rs's ``update``. Every run's
 result is checked: row count and the sum of ``v`` equal on both sides. Beside them, Spark's
 floors on the same rows in one parquet file, written to Spark's ``noop`` sink: the join a
-merge needs (the source against the target's keys) and the scan an update needs.
+merge needs (the source against the target's keys) and the scan an update needs; and
+Lance's floor for changing rows in every partition: a deletion vector on every fragment
+and one commit per partition dataset, with Lance's own API, nothing read or written besides.
 
 Sizes come from ``BENCH_MERGE_TARGET_ROWS`` / ``BENCH_MERGE_SOURCE_ROWS`` /
 ``BENCH_MERGE_PARTITIONS`` (defaults: the issue's 10,000,000 / 1,000,000 / 1,500).
@@ -23,16 +25,20 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from lance import LanceOperation
 from pyspark.sql import SparkSession
 
 from partitioning.namespace import PartitionedNamespace
-from partitioning.tables.write import write_table
+from partitioning.tables.write import PARALLEL_COMMITS, write_table
 from pipelines.read.dataframe import read_partitioned
 from pipelines.write.merge import merge_partitioned
 from pipelines.write.rewrite import update_rows
@@ -138,6 +144,19 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         rows = spark.read.parquet(target_parquet).where(f"(id div {PARTITIONS}) % 100 = 0")
         rows.selectExpr("id", "p", "v + 1 AS v", "s").write.format("noop").mode("overwrite").save()
 
+    def lance_floor(root: str) -> None:
+        # the least a change of rows in every partition costs in Lance: per partition dataset,
+        # a deletion vector on each fragment (1% of its rows) and one commit, in threads;
+        # no row read or written besides (Lance's own API on a fresh copy)
+        def one(table: Any) -> None:
+            ds = lance.dataset(table.uri, version=table.read_version)
+            updated = [f.delete_rows(range(0, f.metadata.physical_rows, 100)) for f in ds.get_fragments()]
+            operation = LanceOperation.Update(updated_fragments=[u for u in updated if u is not None])
+            lance.LanceDataset.commit(table.uri, operation, read_version=ds.version)
+
+        with ThreadPoolExecutor(PARALLEL_COMMITS) as pool:
+            list(pool.map(one, PartitionedNamespace.load(root).partitions()))
+
     def check(root: str, uri: str) -> None:
         ours = read_partitioned(spark, root).selectExpr("count(*)", "sum(v)").collect()[0]
         theirs = DeltaTable(uri).to_pyarrow_table(columns=["v"])
@@ -151,6 +170,7 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         "ours update": [],
         "delta update": [],
         "Spark update floor": [],
+        "Lance commit floor": [],
     }
     for _ in range(REPEATS):
         root = _timed(fresh("ns"), ours_merge, samples["ours merge"])
@@ -162,6 +182,7 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         _timed(root, ours_update, samples["ours update"])
         _timed(uri, delta_update, samples["delta update"])
         check(root, uri)
+        _timed(fresh("ns"), lance_floor, samples["Lance commit floor"])
     merge_ratio = statistics.median(samples["ours merge"]) / statistics.median(samples["delta merge"])
     update_ratio = statistics.median(samples["ours update"]) / statistics.median(samples["delta update"])
     print(f"\nmerge {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS:,} partitions), median of {REPEATS}:")
@@ -171,5 +192,6 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
     med = {name: statistics.median(s) for name, s in samples.items()}
     print(
         f"  Spark floors / delta-rs: merge {med['Spark merge floor'] / med['delta merge']:.2f}x, "
-        f"update {med['Spark update floor'] / med['delta update']:.2f}x"
+        f"update {med['Spark update floor'] / med['delta update']:.2f}x; "
+        f"Lance commit floor / delta-rs update: {med['Lance commit floor'] / med['delta update']:.2f}x"
     )

@@ -28,7 +28,15 @@ from pyspark.sql import types as T
 import pipelines.columns.murmur3 as sm3
 import pipelines.read.local as local_read
 from partitioning.storage.manifest import ManifestStore
-from pipelines import compact, delete_rows, join_partitioned, read_partitioned, write_partitioned
+from pipelines import (
+    compact,
+    delete_rows,
+    join_partitioned,
+    merge_partitioned,
+    read_partitioned,
+    update_rows,
+    write_partitioned,
+)
 from pipelines.session import UDF_JAR
 
 ORDERS = [(i, ["US", "CN", "DE"][i % 3], i * 10) for i in range(60)]
@@ -202,6 +210,21 @@ def main(work: str) -> int:
         table_root = os.path.join(work, "warehouse", "t")
         check("SQL DML on the cluster", _lance_rows(table_root), [(1, "US", 11), (2, "DE", 200), (4, "FR", 40)])
         timings["sql doors"] = time.monotonic() - t
+
+        t = time.monotonic()
+        # merge and update read their target in the executors' tasks (a merge keeps only the
+        # rows the source's keys match there); the small-change path is off for this
+        import pipelines.write.small as small
+
+        small.SMALL_MAX_ROWS = small.SMALL_MAX_TABLES = small.SMALL_WRITE_BYTES = -1
+        source = [(7, "DE", 700), (8, "US", 800), (1000, "FR", 1)]  # 7 was deleted, 8 is kept (moves), 1000 is new
+        merge_partitioned(spark.createDataFrame(source, "id long, country string, amount long"), "rel/orders", on="id")
+        by_id = {r[0]: r for r in left}
+        by_id.update({r[0]: r for r in source})
+        update_rows("rel/orders", set={"amount": "amount + 1"}, where="id % 2 = 0", spark=spark)
+        left = sorted((i, c, a + 1 if i % 2 == 0 else a) for i, c, a in by_id.values())
+        check("merge and update through the executors", _lance_rows(absolute), left)
+        timings["merge and update"] = time.monotonic() - t
 
         cwd = spark.sparkContext.parallelize(range(8), 8).map(lambda _: os.getcwd()).distinct().collect()
         executor_dirs = sorted(set(cwd) - {work})

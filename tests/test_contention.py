@@ -63,9 +63,16 @@ def test_merges_and_updates_finish_against_a_steady_writer_and_match_a_replay(
     ]
     updates = [("p = 1", "v + 10000"), ("p = 2", "v * 2")]
     done: list[tuple[str, Any]] = []
+    deadline = time.monotonic() + BOUND
     try:
         time.sleep(2.0)  # the adversary is writing
-        for rows, (where, expr) in zip(merges, updates, strict=True):
+        first = PartitionedNamespace.load(root).manifest_version
+        cycle = 0
+        # at least one cycle of each, and on until the adversary has written `least` times meanwhile
+        while cycle < len(merges) or (_adversary_since(spark, root, first) < least and time.monotonic() < deadline):
+            rows = [(i, p, v + cycle) for i, p, v in merges[cycle % len(merges)]]
+            where, expr = updates[cycle % len(updates)]
+            cycle += 1
             began = time.monotonic()
             source = spark.createDataFrame(rows, "id long, p int, v long")
             result = merge_partitioned(source, root, on="id")
@@ -107,8 +114,13 @@ def test_merges_and_updates_finish_against_a_steady_writer_and_match_a_replay(
             assert entry.operation in ("CREATE", "COMPACT", "INTENT", "OPTIMIZE_MANIFEST"), entry.operation
     assert next(ours, None) is None  # every merge and update is in the history
     assert oracle.canonical(oracle.stored_rows(root, "p"), COLUMNS) == oracle.canonical(state, COLUMNS)
-    adversary = [e for e in entries if e.operation in ("WRITE", "DELETE", "COMPACT") and e.version > entries[2].version]
-    assert len(adversary) >= least, "the adversary must really have been writing"
+    assert _adversary_since(spark, root, first) >= least, "the adversary must really have been writing"
+
+
+def _adversary_since(spark: SparkSession, root: str, version: int) -> int:
+    """The adversary's commits after ``version`` of ``__manifest``."""
+    entries = history(spark, root).where(f"version > {version}").collect()
+    return sum(e.operation in ("WRITE", "DELETE", "COMPACT") for e in entries)
 
 
 def _check_report(result: Any, elapsed: float) -> None:

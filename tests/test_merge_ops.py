@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+import pipelines.write.merge as merge_module
 import pipelines.write.rewrite as rewrite
-import pipelines.write.targets as targets
 from jobs import merge as merge_job
 from partitioning.errors import ConcurrentModification, InvalidInput, SchemaError
 from partitioning.namespace import PartitionedNamespace
@@ -216,13 +216,13 @@ def test_a_rerun_reads_again_only_the_partitions_that_changed(
     late = [{"id": 20, "p": 2, "v": 1}]
     _inject_once(monkeypatch, lambda: write_table(ns, pa.Table.from_pylist(late, schema=SCHEMA)))
     reads: list[list[str]] = []
-    real = targets._spark_rows
+    real = merge_module.matched_target
 
     def spied(session: Any, namespace: Any, read: Any, *args: Any) -> Any:
         reads.append(sorted(read))
         return real(session, namespace, read, *args)
 
-    monkeypatch.setattr(targets, "_spark_rows", spied)
+    monkeypatch.setattr(merge_module, "matched_target", spied)
     source = [(20, 2, 99), (1, 1, 11)]
     result = merge_partitioned(_source(spark, source), root, on="id")
     by_value = {next(iter(t.values.values())): t.object_id for t in PartitionedNamespace.load(root).partitions()}

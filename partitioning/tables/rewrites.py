@@ -47,6 +47,7 @@ from partitioning.tables.write import PARALLEL_COMMITS, CommitResult, already_co
 __all__ = ["ReadSet", "ReadSetChanged", "RewriteResult", "commit_rewrite", "delete_and_append"]
 
 _OFFSET_BITS = 32
+_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 
 
 class ReadSetChanged(ConcurrentModification):
@@ -165,7 +166,7 @@ def delete_and_append(
                     gone = sorted(set(offsets.get(fragment.fragment_id, ())))
                     if not gone or fragment.fragment_id not in kept:
                         continue
-                    meta = fragment.delete(f"_rowaddr IN ({', '.join(map(str, gone))})")
+                    meta = fragment.delete_rows([a & _OFFSET_MASK for a in gone])
                     if meta is None:
                         removed.append(fragment.fragment_id)
                     else:

@@ -3,7 +3,8 @@
 ``dataframe`` is ``write_partitioned``; ``fragments`` writes any DataFrame's rows as Lance
 fragments on the executors (every write door shares it). ``rewrite`` (``update_rows``,
 ``replace_where``) and ``merge`` (``merge_partitioned``) read their ``targets``, rerun in
-``rounds`` when they lose a race, and keep ``small`` changes in the driver.
+``rounds`` when they lose a race, and keep ``small`` changes in the driver; a merge reads
+only the target rows the source's keys can match (``matches``).
 
 May import: source, read, columns, the session modules, :mod:`partitioning`. Imported by maintenance.
 """

@@ -39,6 +39,7 @@ from partitioning.tables.rewrites import ReadSet, RewriteResult
 from pipelines.columns.transforms import with_partition_columns
 from pipelines.read_options import session_dialect
 from pipelines.shared_roots import driver_root
+from pipelines.write.matches import matched_target, source_keys
 from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.small import small_copy, small_target
@@ -202,6 +203,8 @@ def merge_partitioned(
     held = small_copy(source)  # a small source: its rows held in memory (pipelines.write.small)
     data = held if held is not None else source
 
+    held_keys: dict[str, pa.Table | None] = {}  # the source's keys by schema, collected once
+
     def attempt(run: Round) -> RewriteResult:
         ns = run.ns
         schema = ns.namespace_schema
@@ -216,8 +219,10 @@ def merge_partitioned(
         target = (
             small
             if small is not None
-            else target_rows(session, ns, read, filter=target_filter, columns=columns, cache=run.cache)
+            else _matched(data, ns, read, keys, columns, target_filter, modes, run, held_keys)
         )
+        if target is None:
+            target = target_rows(session, ns, read, filter=target_filter, columns=columns, cache=run.cache)
         joined = _join(target, data, keys, when_not_matched == "insert", when_not_matched_by_source == "delete")
         plan = _plan(joined, names, keys, modes, set, matched_condition).persist()
         try:
@@ -251,6 +256,39 @@ def merge_partitioned(
             plan.unpersist()
 
     return rerun_on_conflict(root, "merge", max_attempts, attempt, storage_options)
+
+
+def _matched(
+    source: DataFrame,
+    ns: PartitionedNamespace,
+    read: Mapping[str, int],
+    keys: Sequence[str],
+    columns: Sequence[str] | None,
+    target_filter: str | None,
+    modes: tuple[str, str, str],
+    run: Round,
+    held_keys: dict[str, pa.Table | None],
+) -> DataFrame | None:
+    """The target rows the source's keys can match (:mod:`pipelines.write.matches`), when the
+    merge keeps unmatched target rows and the keys allow it; None: read every row. A later
+    round reads again only the tables that changed (the round's cache)."""
+    if modes[2] == "delete":
+        return None
+    schema = ns.namespace_schema.to_json()
+    if schema not in held_keys:
+        held_keys[schema] = source_keys(source, ns.namespace_schema, keys)
+    wanted = held_keys[schema]
+    if wanted is None:
+        return None
+    session = source.sparkSession
+    key = ("matched", tuple(keys), tuple(columns) if columns is not None else None, schema)
+    rows = run.cache.rows(key, read, lambda tables: matched_target(session, ns, tables, keys, wanted, columns))
+    if target_filter:
+        try:
+            rows = rows.where(target_filter)
+        except PySparkException as exc:
+            raise InvalidInput(f"target_filter {target_filter!r}: {first_line(exc)}") from exc
+    return rows
 
 
 def _join(target: DataFrame, source: DataFrame, keys: Sequence[str], inserts: bool, by_source: bool) -> DataFrame:

@@ -10,13 +10,14 @@ reads again only the tables a concurrent commit changed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace
@@ -24,12 +25,13 @@ from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
-from partitioning.storage.roots import storage_option_pairs
-from pipelines.read_options import dialect_options, session_dialect
+from pipelines.read_options import dialect_options, read_schema, session_dialect
 from pipelines.spark_errors import spark_errors
 from pipelines.write.small import small_target
 
-__all__ = ["TargetCache", "addresses", "target_rows"]
+__all__ = ["TargetCache", "addresses", "target_rows", "task_rows"]
+
+T = TypeVar("T")
 
 
 def target_rows(
@@ -64,28 +66,45 @@ def _spark_rows(
     filter: str | None,
     columns: Sequence[str] | None,
 ) -> DataFrame:
-    """:func:`target_rows` read by Spark's tasks through the ``lance_partitioned`` source."""
-    from pipelines.source.datasource import register_data_source
+    """:func:`target_rows` read by Spark's tasks: the ``lance_partitioned`` source's reader,
+    planned here and run by ``mapInArrow`` (rows reach the JVM faster that way than
+    through a Python data source's scan)."""
+    from pipelines.source.reader import LancePartitionedReader
 
-    register_data_source(session)
-    reader = session.read.format("lance_partitioned").option("versionAsOf", str(ns.manifest_version))
-    reader = reader.option("with_row_address", "true").option("object_ids", json.dumps(sorted(read)))
-    reader = reader.options(**storage_option_pairs(ns.storage_options))
-    for key, value in dialect_options(session_dialect(session)).items():
-        reader = reader.option(key, value)
+    options = {"with_row_address": "true", "object_ids": json.dumps(sorted(read))}
+    options.update({k.lower(): v for k, v in dialect_options(session_dialect(session)).items()})
     if columns is not None:
-        reader = reader.option("columns", ",".join(columns))
+        options["columns"] = ",".join(columns)
     if filter:
-        # a filter the source evaluates exactly drops rows before they reach Spark
-        exact = _exactly_understood(filter, ns, session)
-        reader = reader.option("filter" if exact else "prune_filter", filter)
-    df = reader.load(ns.root)
+        # a filter the reader evaluates exactly drops rows before they reach Spark
+        options["filter" if _exactly_understood(filter, ns, session) else "prune_filter"] = filter
+    schema = read_schema(ns.namespace_schema, columns)
+    schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+    reader = LancePartitionedReader(ns, schema, options)
+    df = task_rows(session, schema, reader.partitions(), reader.read)
     if filter:
         try:
             df = df.where(filter)
         except PySparkException as exc:
             raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
     return df
+
+
+def task_rows(
+    session: SparkSession, schema: StructType, pieces: Sequence[T], read: Callable[[T], Iterator[pa.RecordBatch]]
+) -> DataFrame:
+    """A DataFrame of ``read(piece)``'s batches, one Spark task per piece (``mapInArrow``);
+    ``read`` and ``pieces`` travel pickled to the tasks."""
+    work = list(pieces)
+    if not work:
+        return session.createDataFrame([], schema)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield from read(work[index])
+
+    return session.range(0, len(work), 1, len(work)).mapInArrow(run, schema)
 
 
 def _exactly_understood(text: str, ns: PartitionedNamespace, session: SparkSession) -> bool:

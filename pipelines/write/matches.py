@@ -1,0 +1,164 @@
+"""The target rows a merge can match: a semi-join with the source's keys inside the read tasks.
+
+A merge that keeps the target rows no source row matches (``when_not_matched_by_source=
+"ignore"``) needs only the target rows whose keys the source has. :func:`source_keys`
+collects the source's non-NULL key tuples to the driver, and :func:`matched_target` reads
+the target in Spark tasks that keep only the rows whose key tuple is among them, so
+Spark's join gets those rows instead of every row of every partition it reads (the rows
+cross from Python to the JVM, which costs more than reading them).
+
+Sound by construction: a target row dropped here has a key tuple no source row has, so
+Spark's join would not match it either. It is used only where Arrow's equality is
+Spark's: the key has the same Spark type on both sides, and that type is an integer,
+date, timestamp, boolean, binary or string of the binary collation (not floats, whose
+``-0.0`` and NaN Spark normalizes, nor decimals or nested types). Otherwise, or when the
+keys exceed :data:`MAX_KEY_ROWS` or :data:`MAX_KEY_BYTES`, the merge reads every row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.sql.filters import TrueFilter
+from pipelines.columns.schema import spark_schema
+from pipelines.read_options import read_schema
+from pipelines.session_calls import default_parallelism
+from pipelines.source.reader import LanceInputPartition, LancePartitionedReader
+from pipelines.source.slices import read_slice
+from pipelines.spark_errors import spark_errors
+from pipelines.write.targets import task_rows
+
+__all__ = ["MAX_KEY_BYTES", "MAX_KEY_ROWS", "matched_target", "source_keys"]
+
+MAX_KEY_ROWS = 4_000_000
+MAX_KEY_BYTES = 64 << 20
+CHUNK_ROWS = 1_000_000
+_EXACT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DateType, T.TimestampType, T.TimestampNTZType)
+_EQUAL = (*_EXACT, T.BooleanType, T.BinaryType)
+
+
+def _comparable(source: T.DataType, target: T.DataType) -> bool:
+    if source != target:
+        return False
+    if isinstance(target, T.StringType):
+        return getattr(target, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    return isinstance(target, _EQUAL)
+
+
+def source_keys(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str]) -> pa.Table | None:
+    """The source's key tuples without a NULL, as Arrow; None when they cannot prefilter
+    the target (a key type outside the list above, or more than the limits)."""
+    target = spark_schema(schema)
+    by_name = {f.name: f.dataType for f in source.schema.fields}
+    if not all(k in by_name and _comparable(by_name[k], target[k].dataType) for k in keys):
+        return None
+    columns = source.select(*[F.col(f"`{k}`") for k in keys])
+    present = columns.where(" AND ".join(f"`{k}` IS NOT NULL" for k in keys))
+    with spark_errors("merge: collect the source's keys"):
+        table = present.limit(MAX_KEY_ROWS + 1).toArrow()
+    if table.num_rows > MAX_KEY_ROWS or table.nbytes > MAX_KEY_BYTES:
+        return None
+    return table
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """What a task needs to read its slices and keep the matching rows; pickled into it."""
+
+    schema: NamespaceSchema
+    output: tuple[str, ...]
+    keys: tuple[str, ...]
+    wanted: pa.Table
+    storage_options: Any
+    ordered: np.ndarray | None  # one integer-like key: its values as sorted int64
+
+    def matching(self, slices: Sequence[TableSlice]) -> Iterator[pa.RecordBatch]:
+        held: list[pa.RecordBatch] = []
+        rows = 0
+        members = _Members(self.wanted, self.keys, self.ordered)
+        for piece in slices:
+            for batch in read_slice(
+                piece, self.schema, self.output, TrueFilter(), row_address=True, storage_options=self.storage_options
+            ):
+                held.append(batch)
+                rows += batch.num_rows
+                if rows >= CHUNK_ROWS:
+                    yield from members.keep(pa.Table.from_batches(held)).to_batches()
+                    held, rows = [], 0
+        if held:
+            yield from members.keep(pa.Table.from_batches(held)).to_batches()
+
+
+class _Members:
+    """Membership of target rows' key tuples in the source's: a binary search of the sorted
+    int64s for one integer-like key (sorted once, on the driver), Arrow otherwise."""
+
+    def __init__(self, wanted: pa.Table, keys: tuple[str, ...], ordered: np.ndarray | None) -> None:
+        self.wanted, self.keys, self.sorted = wanted, keys, ordered
+        self.types: dict[str, pa.DataType] = {}
+
+    def keep(self, table: pa.Table) -> pa.Table:
+        if not self.types:
+            self.types = {k: table.schema.field(k).type for k in self.keys}
+            self.wanted = self.wanted.select(list(self.keys)).cast(pa.schema([(k, self.types[k]) for k in self.keys]))
+        if len(self.keys) > 1:
+            return table.join(self.wanted, list(self.keys), join_type="left semi")
+        column = table.column(self.keys[0])
+        if self.sorted is None:
+            return table.filter(pc.is_in(column, value_set=self.wanted.column(0)))
+        values = _as_int64(column.fill_null(0) if column.null_count else column)
+        at = np.minimum(np.searchsorted(self.sorted, values), max(len(self.sorted) - 1, 0))
+        mask = self.sorted[at] == values if len(self.sorted) else np.zeros(len(values), dtype=bool)
+        if column.null_count:
+            mask &= pc.is_valid(column).to_numpy(zero_copy_only=False)
+        return table.filter(pa.array(mask))
+
+
+def _integer_like(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
+
+
+def _as_int64(column: pa.ChunkedArray) -> np.ndarray:
+    t = column.type
+    if pa.types.is_date32(t):
+        column = column.cast(pa.int32())
+    elif pa.types.is_date64(t) or pa.types.is_timestamp(t):
+        column = column.cast(pa.int64())
+    return column.cast(pa.int64()).to_numpy()
+
+
+def matched_target(
+    session: SparkSession,
+    ns: PartitionedNamespace,
+    read: Mapping[str, int],
+    keys: Sequence[str],
+    wanted: pa.Table,
+    columns: Sequence[str] | None,
+) -> DataFrame:
+    """The rows of the tables ``read`` (at ``ns``'s manifest version) whose key tuple is in
+    ``wanted``, with ``_lance_table`` and ``_lance_rowaddr``; ``columns`` (None: all)."""
+    output = tuple(columns if columns is not None else ns.schema.names)
+    schema = read_schema(ns.namespace_schema, list(output))
+    schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+    slots = default_parallelism(session) or 2
+    options = {"with_row_address": "true", "object_ids": json.dumps(sorted(read)), "max_partitions": str(2 * slots)}
+    parts = [p for p in LancePartitionedReader(ns, schema, options).partitions() if isinstance(p, LanceInputPartition)]
+    ordered = None
+    if len(keys) == 1 and _integer_like(wanted.schema.field(0).type):
+        ordered = np.sort(_as_int64(wanted.column(0)))  # the same int64s as the target's (same Spark type)
+        wanted = wanted.slice(0, 0)  # the tasks need only the sorted values
+    probe = _Probe(ns.namespace_schema, output, tuple(keys), wanted, ns.storage_options, ordered)
+    return task_rows(session, schema, [p.slices for p in parts], probe.matching)
