@@ -4,7 +4,7 @@ A target of ``TARGET_ROWS`` rows in ``PARTITIONS`` identity partitions, as a nam
 and as a Delta table partitioned the same way. The source (a parquet file both read)
 holds ``SOURCE_ROWS`` rows: half update existing ids (a tenth of those move to another
 partition), half are new ids. Each timed run works on a fresh copy of both targets
-(the copy is not timed); runs are interleaved, median and min/max of ``REPEATS``.
+(all copies are made before the first timed run); runs are interleaved, median and min/max of ``REPEATS``.
 ``update_rows`` of 1% of the rows, spread over every partition (ids whose block of
 ``PARTITIONS`` consecutive ids is a multiple of 100; each engine in its own SQL), is timed
 against delta-rs's ``update``. Every run's
@@ -12,7 +12,9 @@ result is checked: row count and the sum of ``v`` equal on both sides. Beside th
 floors on the same rows in one parquet file, written to Spark's ``noop`` sink: the join a
 merge needs (the source against the target's keys) and the scan an update needs; and
 Lance's floor for changing rows in every partition: a deletion vector on every fragment
-and one commit per partition dataset, with Lance's own API, nothing read or written besides.
+and one commit per partition dataset, with Lance's own API, nothing read or written besides;
+and the read an update of rows picked by Spark SQL needs with PySpark and pylance: every
+row read by Lance's reader in Spark's tasks, into Spark by ``mapInArrow``, filtered there.
 
 Sizes come from ``BENCH_MERGE_TARGET_ROWS`` / ``BENCH_MERGE_SOURCE_ROWS`` /
 ``BENCH_MERGE_PARTITIONS`` (defaults: the issue's 10,000,000 / 1,000,000 / 1,500).
@@ -110,9 +112,12 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
             writer.write_table(target_rows(start, min(TARGET_ROWS, start + chunk)))
     expected_rows = TARGET_ROWS + (SOURCE_ROWS - SOURCE_ROWS // 2)
 
+    copies = iter(range(10 * REPEATS))
+
     def fresh(kind: str) -> str:
-        dst = tmp_path / f"{kind}-run"
-        shutil.rmtree(dst, ignore_errors=True)
+        # a copy made before any timed run: no run times the file system's bookkeeping of
+        # another copy's removal (all copies are removed at the end, with tmp_path)
+        dst = tmp_path / f"{kind}-{next(copies)}"
         shutil.copytree(base_ns if kind == "ns" else base_delta, dst)
         return str(dst)
 
@@ -157,6 +162,25 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         with ThreadPoolExecutor(PARALLEL_COMMITS) as pool:
             list(pool.map(one, PartitionedNamespace.load(root).partitions()))
 
+    def read_floor(root: str) -> None:
+        # the least an update picking rows by any Spark SQL predicate costs with PySpark and
+        # pylance: every row's columns (and row address) read by Lance's own reader in
+        # Spark's tasks, handed to Spark by mapInArrow, the predicate evaluated by Spark
+        tables = [(t.uri, t.read_version) for t in PartitionedNamespace.load(root).partitions()]
+        groups = [tables[i::4] for i in range(4)]
+        schema = "id long, p int, v double, s string, _rowaddr long"
+
+        def scan(batches: Any) -> Any:
+            for batch in batches:
+                for index in batch.column(0).to_pylist():
+                    for uri, version in groups[index]:
+                        ds = lance.dataset(uri, version=version)
+                        for b in ds.to_batches(columns=SCHEMA.names, with_row_address=True):
+                            yield b.set_column(4, "_rowaddr", b.column(4).cast(pa.int64()))
+
+        rows = spark.range(0, len(groups), 1, len(groups)).mapInArrow(scan, schema)
+        rows.where(f"(id div {PARTITIONS}) % 100 = 0").selectExpr("v + 1").write.format("noop").mode("overwrite").save()
+
     def check(root: str, uri: str) -> None:
         ours = read_partitioned(spark, root).selectExpr("count(*)", "sum(v)").collect()[0]
         theirs = DeltaTable(uri).to_pyarrow_table(columns=["v"])
@@ -171,10 +195,12 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         "delta update": [],
         "Spark update floor": [],
         "Lance commit floor": [],
+        "PySpark+Lance read floor": [],
     }
-    for _ in range(REPEATS):
-        root = _timed(fresh("ns"), ours_merge, samples["ours merge"])
-        uri = _timed(fresh("delta"), delta_merge, samples["delta merge"])
+    targets = [(fresh("ns"), fresh("delta"), fresh("ns")) for _ in range(REPEATS)]
+    for root, uri, spare in targets:
+        _timed(root, ours_merge, samples["ours merge"])
+        _timed(uri, delta_merge, samples["delta merge"])
         _timed("", merge_floor, samples["Spark merge floor"])
         _timed("", update_floor, samples["Spark update floor"])
         check(root, uri)
@@ -182,16 +208,18 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         _timed(root, ours_update, samples["ours update"])
         _timed(uri, delta_update, samples["delta update"])
         check(root, uri)
-        _timed(fresh("ns"), lance_floor, samples["Lance commit floor"])
+        _timed(spare, read_floor, samples["PySpark+Lance read floor"])
+        _timed(spare, lance_floor, samples["Lance commit floor"])
     merge_ratio = statistics.median(samples["ours merge"]) / statistics.median(samples["delta merge"])
     update_ratio = statistics.median(samples["ours update"]) / statistics.median(samples["delta update"])
     print(f"\nmerge {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS:,} partitions), median of {REPEATS}:")
     for name, s in samples.items():
-        print(f"  {name:13s} {_spread(s)}")
+        print(f"  {name:24s} {_spread(s)}")
     print(f"  merge ratio ours/delta-rs: {merge_ratio:.2f}x; update_rows (1%) ratio: {update_ratio:.2f}x")
     med = {name: statistics.median(s) for name, s in samples.items()}
     print(
         f"  Spark floors / delta-rs: merge {med['Spark merge floor'] / med['delta merge']:.2f}x, "
         f"update {med['Spark update floor'] / med['delta update']:.2f}x; "
-        f"Lance commit floor / delta-rs update: {med['Lance commit floor'] / med['delta update']:.2f}x"
+        f"Lance commit floor / delta-rs update: {med['Lance commit floor'] / med['delta update']:.2f}x, "
+        f"read floor: {med['PySpark+Lance read floor'] / med['delta update']:.2f}x"
     )
