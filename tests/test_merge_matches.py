@@ -203,3 +203,26 @@ def test_deleting_unmatched_target_rows_reads_every_row(
     assert oracle.canonical(oracle.stored_rows(root, "p"), ["id", "p", "v"]) == oracle.canonical(
         expected, ["id", "p", "v"]
     )
+
+
+def test_wide_rows_are_probed_in_small_chunks(
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole target rows (``set=`` reads every column) held at most one batch at a time:
+    every chunk is probed with the same keys, cast once to the target's types."""
+    monkeypatch.setattr(matches, "CHUNK_BYTES", 1)
+    schema = pa.schema([("k", pa.string()), ("p", pa.int32()), ("v", pa.int64())])
+    target = [{"k": f"k{i}", "p": i % 4, "v": i} for i in range(40)]
+    source = [{"k": f"k{i}", "p": 0, "v": 1} for i in (3, 17, 39, 99)]
+    seen = _counted(monkeypatch)
+    root = str(tmp_path / "ns")
+    ns = PartitionedNamespace.create(root, schema, ["p"])
+    for part in range(4):  # several fragments, so several batches per task
+        write_table(ns, pa.Table.from_pylist([r for r in target if r["p"] == part], schema=schema))
+    src = spark.createDataFrame([(r["k"], r["p"], r["v"]) for r in source], "k string, p int, v long")
+    merge_partitioned(src, root, on="k", set={"v": "source.v + target.v"})
+    add = ({"v": "source.v + target.v"}, lambda s, t: {**t, "v": s["v"] + t["v"]})
+    expected = oracle.merge(target, source, ["k"], oracle.Case(assignments=add))
+    columns = ["k", "p", "v"]
+    assert oracle.canonical(oracle.stored_rows(root, "p"), columns) == oracle.canonical(expected, columns)
+    assert sorted(r.k for r in seen[0].collect()) == ["k17", "k3", "k39"]

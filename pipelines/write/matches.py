@@ -46,8 +46,18 @@ __all__ = ["MAX_KEY_BYTES", "MAX_KEY_ROWS", "matched_target", "source_keys"]
 MAX_KEY_ROWS = 4_000_000
 MAX_KEY_BYTES = 64 << 20
 CHUNK_ROWS = 1_000_000
-_EXACT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DateType, T.TimestampType, T.TimestampNTZType)
-_EQUAL = (*_EXACT, T.BooleanType, T.BinaryType)
+CHUNK_BYTES = 64 << 20
+_EQUAL = (
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.DateType,
+    T.TimestampType,
+    T.TimestampNTZType,
+    T.BooleanType,
+    T.BinaryType,
+)
 
 
 def _comparable(source: T.DataType, target: T.DataType) -> bool:
@@ -84,20 +94,24 @@ class _Probe:
     wanted: pa.Table
     storage_options: Any
     ordered: np.ndarray | None  # one integer-like key: its values as sorted int64
+    chunk: tuple[int, int]  # rows, bytes held before a probe
 
     def matching(self, slices: Sequence[TableSlice]) -> Iterator[pa.RecordBatch]:
+        """The rows of ``slices`` whose key tuple is wanted. Arrow builds a hash table of the
+        wanted keys per call, so batches are held up to ``chunk`` (:data:`CHUNK_ROWS` rows or
+        :data:`CHUNK_BYTES` bytes) and probed together; sorted int64s are probed per batch."""
         held: list[pa.RecordBatch] = []
-        rows = 0
+        rows = size = 0
         members = _Members(self.wanted, self.keys, self.ordered)
         for piece in slices:
             for batch in read_slice(
                 piece, self.schema, self.output, TrueFilter(), row_address=True, storage_options=self.storage_options
             ):
                 held.append(batch)
-                rows += batch.num_rows
-                if rows >= CHUNK_ROWS:
+                rows, size = rows + batch.num_rows, size + batch.nbytes
+                if self.ordered is not None or rows >= self.chunk[0] or size >= self.chunk[1]:
                     yield from members.keep(pa.Table.from_batches(held)).to_batches()
-                    held, rows = [], 0
+                    held, rows, size = [], 0, 0
         if held:
             yield from members.keep(pa.Table.from_batches(held)).to_batches()
 
@@ -160,5 +174,6 @@ def matched_target(
     if len(keys) == 1 and _integer_like(wanted.schema.field(0).type):
         ordered = np.sort(_as_int64(wanted.column(0)))  # the same int64s as the target's (same Spark type)
         wanted = wanted.slice(0, 0)  # the tasks need only the sorted values
-    probe = _Probe(ns.namespace_schema, output, tuple(keys), wanted, ns.storage_options, ordered)
+    chunk = (CHUNK_ROWS, CHUNK_BYTES)
+    probe = _Probe(ns.namespace_schema, output, tuple(keys), wanted, ns.storage_options, ordered, chunk)
     return task_rows(session, schema, [p.slices for p in parts], probe.matching)
