@@ -13,6 +13,8 @@ row whose partition columns change moves in the same commit
 Which partitions are read: those ``target_filter`` prunes to, and, when the keys
 determine partition fields (identity/bucket/truncate/time of key columns) and
 unmatched target rows are kept, only the partitions holding the source's key values.
+Which rows reach Spark's join: when unmatched target rows are kept, only those whose key
+the source has (a semi-join in the read tasks, :mod:`pipelines.write.matches`).
 """
 
 from __future__ import annotations

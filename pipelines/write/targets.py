@@ -2,7 +2,8 @@
 
 :func:`target_rows` reads the rows of the partition tables an attempt planned, at its
 ``__manifest`` version: small tables on the driver (:func:`pipelines.write.small.small_target`),
-the others by Spark's tasks through the ``lance_partitioned`` source (``with_row_address``).
+the others by Spark's tasks running the ``lance_partitioned`` source's reader
+(:func:`task_rows`, ``mapInArrow``).
 A :class:`TargetCache` keeps what a round read, so the next round of the same operation
 reads again only the tables a concurrent commit changed.
 """
