@@ -226,3 +226,24 @@ def test_wide_rows_are_probed_in_small_chunks(
     columns = ["k", "p", "v"]
     assert oracle.canonical(oracle.stored_rows(root, "p"), columns) == oracle.canonical(expected, columns)
     assert sorted(r.k for r in seen[0].collect()) == ["k17", "k3", "k39"]
+
+
+def test_a_source_that_is_not_deterministic_reads_every_row(
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys collected in one pass could differ from the rows joined in the next."""
+    from pyspark.sql import functions as F
+
+    schema = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.int64())])
+    target = [{"id": i, "p": i % 3, "v": 0} for i in range(9)]
+    seen = _counted(monkeypatch)
+    root = str(tmp_path / "ns")
+    ns = PartitionedNamespace.create(root, schema, ["p"])
+    write_table(ns, pa.Table.from_pylist(target, schema=schema))
+    src = spark.range(0, 12).selectExpr("id", "CAST(id % 3 AS INT) AS p").withColumn("v", (F.rand(7) * 0).cast("long"))
+    merge_partitioned(src, root, on="id")
+    assert seen == []
+    expected = [{"id": i, "p": i % 3, "v": 0} for i in range(12)]
+    assert oracle.canonical(oracle.stored_rows(root, "p"), ["id", "p", "v"]) == oracle.canonical(
+        expected, ["id", "p", "v"]
+    )

@@ -99,7 +99,7 @@ def read_table(
             table = table.filter(predicate)
         shaped = table.select(list(output)).cast(out_schema)
         if row_address:
-            table_ids = pa.array([partition.object_id] * shaped.num_rows, pa.string())
+            table_ids = pa.nulls(shaped.num_rows, pa.string()).fill_null(partition.object_id)  # in C++, not a list
             shaped = shaped.append_column(pa.field(ROW_TABLE, pa.string(), nullable=False), table_ids)
             shaped = shaped.append_column(pa.field(ROW_ADDRESS, pa.int64(), nullable=False), table.column(ROW_ADDRESS))
         yield from shaped.to_batches()

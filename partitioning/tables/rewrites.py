@@ -35,6 +35,7 @@ from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.values import canonical_float
 from partitioning.sql.filters import Dialect, Filter
+from partitioning.state.partition_tables import PartitionTable
 from partitioning.storage.alignment import COMMIT_MESSAGE, align_schema, is_aligned, latest_keeping_indexes, renumber
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS, commit_version
 from partitioning.storage.guard import Guard
@@ -205,9 +206,12 @@ def _commit_update(
 
 @dataclass
 class _Change:
+    """One table's change; ``table`` (its manifest entry, None for a new table) is opened
+    at its recorded version in the commit threads, not one by one before them."""
+
     commit: TableCommit | None
     uri: str
-    base: lance.LanceDataset | None
+    table: PartitionTable | None
     fragments: list[FragmentMetadata]
     addresses: Sequence[int]
 
@@ -227,10 +231,9 @@ def _changes(
     created = 0
     for entry, values, existing in place_pending(ns, pending, spec_id, schema, max_rows_per_file):
         created += existing is None
-        base = ns.open_table(existing) if existing is not None else None
         uri = table_uri(ns.root, entry.object_id, entry.location)
         commit = TableCommit(spec.spec_id, values, entry.location, -1, entry.object_id)
-        changes[entry.object_id] = _Change(commit, uri, base, list(entry.fragments), ())
+        changes[entry.object_id] = _Change(commit, uri, existing, list(entry.fragments), ())
     for object_id, addresses in deletions.items():
         if not addresses:
             continue
@@ -240,20 +243,19 @@ def _changes(
         change = changes.get(object_id)
         if change is None:
             commit = TableCommit(table.spec_id, table.values, table.location, -1, object_id)
-            changes[object_id] = _Change(commit, table.uri, ns.open_table(table), [], addresses)
+            changes[object_id] = _Change(commit, table.uri, table, [], addresses)
         else:
             change.addresses = addresses
     return list(changes.values()), created
 
 
-def _commit_one(change: _Change, schema: NamespaceSchema, storage_options: Mapping[str, str] | None) -> TableCommit:
+def _commit_one(change: _Change, ns: PartitionedNamespace, schema: NamespaceSchema) -> TableCommit:
     assert change.commit is not None
-    if change.base is None or not change.addresses:
-        version = commit_version(change.uri, schema, change.fragments, storage_options, base=change.base, verify=False)
+    base = ns.open_table(change.table) if change.table is not None else None
+    if base is None or not change.addresses:
+        version = commit_version(change.uri, schema, change.fragments, ns.storage_options, base=base, verify=False)
     else:
-        version = delete_and_append(
-            change.uri, schema, change.base, change.fragments, change.addresses, storage_options
-        )
+        version = delete_and_append(change.uri, schema, base, change.fragments, change.addresses, ns.storage_options)
     c = change.commit
     return TableCommit(c.spec_id, c.values, c.location, version, c.object_id)
 
@@ -307,7 +309,7 @@ def commit_rewrite(
             raise ReadSetChanged(f"{ns.root}: {difference} while this operation ran")
         changes, created = _changes(ns, pending, deletions, spec_id, schema, max_rows_per_file)
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(changes)))) as pool:
-            commits = list(pool.map(lambda c: _commit_one(c, schema, ns.storage_options), changes))
+            commits = list(pool.map(lambda c: _commit_one(c, ns, schema), changes))
         written = sum(p.rows for p in pending.values())
         files = [f for p in pending.values() for fragment in p.fragments for f in fragment.files]
         recorded = operation.with_metrics(

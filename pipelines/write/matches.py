@@ -8,7 +8,9 @@ Spark's join gets those rows instead of every row of every partition it reads (t
 cross from Python to the JVM, which costs more than reading them).
 
 Sound by construction: a target row dropped here has a key tuple no source row has, so
-Spark's join would not match it either. It is used only where Arrow's equality is
+Spark's join would not match it either, as long as the source gives the same rows on
+both passes (its plan is deterministic: no ``rand()``, no non-deterministic UDF; on Spark
+Connect, where the plan cannot be asked, every row is read). It is used only where Arrow's equality is
 Spark's: the key has the same Spark type on both sides, and that type is an integer,
 date, timestamp, boolean, binary or string of the binary collation (not floats, whose
 ``-0.0`` and NaN Spark normalizes, nor decimals or nested types). Otherwise, or when the
@@ -35,6 +37,7 @@ from partitioning.spec.schema import NamespaceSchema
 from partitioning.sql.filters import TrueFilter
 from pipelines.columns.schema import spark_schema
 from pipelines.read_options import read_schema
+from pipelines.session import is_connect
 from pipelines.session_calls import default_parallelism
 from pipelines.source.reader import LanceInputPartition, LancePartitionedReader
 from pipelines.source.slices import read_slice
@@ -71,6 +74,8 @@ def _comparable(source: T.DataType, target: T.DataType) -> bool:
 def source_keys(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str]) -> pa.Table | None:
     """The source's key tuples without a NULL, as Arrow; None when they cannot prefilter
     the target (a key type outside the list above, or more than the limits)."""
+    if not _deterministic(source):
+        return None
     target = spark_schema(schema)
     by_name = {f.name: f.dataType for f in source.schema.fields}
     if not all(k in by_name and _comparable(by_name[k], target[k].dataType) for k in keys):
@@ -82,6 +87,14 @@ def source_keys(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str])
     if table.num_rows > MAX_KEY_ROWS or table.nbytes > MAX_KEY_BYTES:
         return None
     return table
+
+
+def _deterministic(source: DataFrame) -> bool:
+    """Whether Spark's plan of ``source`` gives the same rows on every pass: the keys are
+    collected in one pass and joined in another. Unknown on Spark Connect (False)."""
+    if is_connect(source.sparkSession):
+        return False
+    return bool(source._jdf.queryExecution().analyzed().deterministic())  # classic-only (guarded)
 
 
 @dataclass(frozen=True)
