@@ -44,9 +44,11 @@ from pipelines import (
     delete_rows,
     drop_partitions,
     join_partitioned,
+    merge_partitioned,
     optimize_manifest,
     read_partitioned,
     register_data_source,
+    update_rows,
     vacuum,
     write_partitioned,
 )
@@ -333,6 +335,21 @@ def maintenance(spark: Any) -> None:
     check("optimize_manifest keeps every row", stored(root), want)
 
 
+def merges_and_updates(spark: Any) -> None:
+    """merge_partitioned and update_rows through Spark Connect: the target read by tasks
+    (mapInArrow over the source's reader), every row of it (the plan cannot be asked)."""
+    root = "rel/mu"
+    write_partitioned(spark.createDataFrame(rows(range(12)), SCHEMA), root, partition_by=["country"])
+    source = [(1, "FR", 100), (4, "US", 400), (50, "DE", 5)]  # 1 moves from DE to FR; 50 is new
+    merge_partitioned(spark.createDataFrame(source, SCHEMA), root, on="id")
+    by_id = {r[0]: r for r in rows(range(12))}
+    by_id.update({r[0]: r for r in source})
+    check("merge through Connect", (stored(root), misplaced(root)), (sorted(by_id.values()), []))
+    update_rows(root, set={"amount": "amount * 2"}, where="id % 2 = 0", spark=spark)
+    want = sorted((i, c, a * 2 if i % 2 == 0 else a) for i, c, a in by_id.values())
+    check("update_rows through Connect", stored(root), want)
+
+
 def jobs(spark: Any) -> None:
     events = pa.table(
         {
@@ -426,6 +443,7 @@ def main(workdir: str) -> None:
         relative_source_paths,
         vector_search,
         maintenance,
+        merges_and_updates,
         jobs,
         reused_dataframes,
     ):
