@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from partitioning.errors import SchemaError
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.sql.filters import Dialect
 from pipelines.columns.schema import spark_schema
@@ -21,16 +22,21 @@ from pipelines.columns.schema import spark_schema
 __all__ = ["dialect_options", "read_schema", "session_dialect"]
 
 
-def read_schema(schema: NamespaceSchema, columns: str | Sequence[str] | None = None) -> StructType:
-    """The Spark schema of a read: the namespace schema, or the named subset in that order."""
+def read_schema(
+    schema: NamespaceSchema, columns: str | Sequence[str] | None = None, *, row_address: bool = False
+) -> StructType:
+    """The Spark schema of a read: the namespace schema, or the named subset in that order;
+    with ``row_address``, then each row's table id and Lance row address."""
     full = spark_schema(schema)
-    if not columns:
-        return full
-    names = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
-    unknown = [c for c in names if c not in full.names]
-    if unknown:
-        raise SchemaError(f"unknown column(s) {', '.join(map(repr, unknown))}; columns are: {', '.join(full.names)}")
-    return StructType([full[c] for c in names])
+    if columns:
+        names = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
+        unknown = [c for c in names if c not in full.names]
+        if unknown:
+            raise SchemaError(
+                f"unknown column(s) {', '.join(map(repr, unknown))}; columns are: {', '.join(full.names)}"
+            )
+        full = StructType([full[c] for c in names])
+    return full.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False) if row_address else full
 
 
 def _conf(spark: SparkSession, key: str, default: str) -> str:

@@ -15,11 +15,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
 
 from partitioning import errors
 from partitioning.errors import PartitioningError, SchemaError
 
-__all__ = ["ERROR_MARKER", "hide_worker_traceback", "spark_error_line", "spark_errors", "translate_spark_error"]
+__all__ = [
+    "ERROR_MARKER",
+    "hide_worker_traceback",
+    "spark_error_line",
+    "spark_errors",
+    "translate_spark_error",
+    "where_sql",
+]
 
 # Errors raised inside Spark tasks by Spark expressions carry this prefix.
 ERROR_MARKER = "lance_partitioned:"
@@ -81,3 +89,13 @@ def spark_errors(context: str) -> Iterator[None]:
         yield
     except PySparkException as exc:
         raise translate_spark_error(exc, context) from exc
+
+
+def where_sql(df: DataFrame, text: str | None, name: str = "filter") -> DataFrame:
+    """``df.where(text)`` (``df`` without ``text``); SQL Spark refuses is one line naming it."""
+    if not text:
+        return df
+    try:
+        return df.where(text)
+    except PySparkException as exc:
+        raise errors.InvalidInput(f"{name} {text!r}: {errors.first_line(exc)}") from exc

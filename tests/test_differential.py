@@ -36,7 +36,7 @@ from typing import Any
 
 import differential as gen
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -50,6 +50,7 @@ from partitioning.sql.from_sql import parse_filter
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import dialect_options, read_partitioned, session_dialect
 from pipelines.source.datasource import register_data_source
+from tests.properties import spark_settings
 
 FILTERS_PER_TABLE = 10
 STATS = {"tables": 0, "filters": 0, "exact": 0, "jvm_same_tables": 0, "jvm_fewer_tables": 0, "jvm_more_tables": 0}
@@ -58,17 +59,6 @@ PRUNING_CHECKS = 4  # filters per table whose JVM scan plan is compared with rea
 WAREHOUSE = tempfile.mkdtemp(prefix="differential-warehouse-")
 CATALOG = "lance_diff"
 _SCANNING = re.compile(r"scanning (\d+) of (\d+) partition tables")
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=(Phase.explicit, Phase.generate),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-    )
 
 
 @contextmanager
@@ -232,7 +222,7 @@ def cases(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[str], str, list[s
     return rows, layouts, zone, fs, draw(st.booleans(), label="ansi")
 
 
-@_settings(4)  # 150 under the slow marker below
+@spark_settings(4)  # 150 under the slow marker below
 @given(case=cases())
 def test_every_route_gives_sparks_answer(spark: SparkSession, case: Any) -> None:
     check_table(spark, *case)
@@ -240,7 +230,7 @@ def test_every_route_gives_sparks_answer(spark: SparkSession, case: Any) -> None
 
 
 @pytest.mark.slow
-@_settings(150)
+@spark_settings(150)
 @given(case=cases())
 def test_every_route_gives_sparks_answer_many(spark: SparkSession, case: Any) -> None:
     check_table(spark, *case)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
@@ -17,6 +17,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
 from pipelines.write.merge import merge_partitioned
 from tests import merge_oracle as oracle
+from tests.properties import spark_settings
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.int64())])
 SPARK_SCHEMA = "id long, p int, v long"
@@ -83,18 +84,7 @@ def cases(draw: Any) -> tuple[list, list, oracle.Case]:
     return target, source, case
 
 
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=(Phase.explicit, Phase.generate),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-
-
-@_settings(4)
+@spark_settings(4)
 @given(case=cases())
 def test_random_merges_match_the_python_oracle(
     spark: SparkSession, tmp_path_factory: Any, case: Any, path: str
@@ -103,7 +93,7 @@ def test_random_merges_match_the_python_oracle(
 
 
 @pytest.mark.slow
-@_settings(80)
+@spark_settings(80)
 @given(case=cases())
 def test_random_merges_match_the_python_oracle_many(spark: SparkSession, tmp_path_factory: Any, case: Any) -> None:
     _run(spark, str(tmp_path_factory.mktemp("m") / "ns"), *case)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -25,6 +25,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
 from pipelines.write.merge import merge_partitioned
 from tests import merge_oracle as oracle
+from tests.properties import spark_settings
 
 pytestmark = pytest.mark.usefixtures("spark_tasks")
 
@@ -63,17 +64,6 @@ def _merge(
     merge_partitioned(src, root, on=keys)
 
 
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=(Phase.explicit, Phase.generate),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-
-
 def _rows(size: int) -> Any:
     return st.lists(
         st.fixed_dictionaries(
@@ -89,7 +79,7 @@ def _rows(size: int) -> Any:
     )
 
 
-@_settings(4)
+@spark_settings(4)
 @given(target=_rows(12), source=_rows(6))
 @example(
     target=[

@@ -54,7 +54,6 @@ from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, NamespaceNotFound, PartitioningError, SpecError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.storage.history import version_at
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
@@ -206,9 +205,8 @@ class LancePartitionedDataSource(DataSource):
             ns = self._namespace()
             self.pinned_version = ns.manifest_version  # pickled with this object: every scan reads it
             options = lowered_options(self.options)
-            schema = read_schema(ns.namespace_schema, options.get("columns"))
-            if (options.get("with_row_address") or "false").lower() == "true":
-                schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+            row_address = (options.get("with_row_address") or "false").lower() == "true"
+            schema = read_schema(ns.namespace_schema, options.get("columns"), row_address=row_address)
             if "nearest" in options:
                 from pipelines.source.nearest import nearest_schema
 

@@ -32,8 +32,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
+from partitioning.plan.table_rows import TableSlice
 from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.vectors import spark_facing_schema
 from partitioning.sql.filters import TrueFilter
 from pipelines.columns.schema import spark_schema
 from pipelines.read_options import read_schema
@@ -104,7 +105,7 @@ class _Probe:
     schema: NamespaceSchema
     output: tuple[str, ...]
     keys: tuple[str, ...]
-    wanted: pa.Table
+    wanted: pa.Table  # the source's keys, typed as the rows read (empty when ``ordered`` is set)
     storage_options: Any
     ordered: np.ndarray | None  # one integer-like key: its values as sorted int64
     chunk: tuple[int, int]  # rows, bytes held before a probe
@@ -115,7 +116,6 @@ class _Probe:
         :data:`CHUNK_BYTES` bytes) and probed together; sorted int64s are probed per batch."""
         held: list[pa.RecordBatch] = []
         rows = size = 0
-        members = _Members(self.wanted, self.keys, self.ordered)
         for piece in slices:
             for batch in read_slice(
                 piece, self.schema, self.output, TrueFilter(), row_address=True, storage_options=self.storage_options
@@ -123,47 +123,34 @@ class _Probe:
                 held.append(batch)
                 rows, size = rows + batch.num_rows, size + batch.nbytes
                 if self.ordered is not None or rows >= self.chunk[0] or size >= self.chunk[1]:
-                    yield from members.keep(pa.Table.from_batches(held)).to_batches()
+                    yield from self.keep(pa.Table.from_batches(held)).to_batches()
                     held, rows, size = [], 0, 0
         if held:
-            yield from members.keep(pa.Table.from_batches(held)).to_batches()
-
-
-class _Members:
-    """Membership of target rows' key tuples in the source's: a binary search of the sorted
-    int64s for one integer-like key (sorted once, on the driver), Arrow otherwise."""
-
-    def __init__(self, wanted: pa.Table, keys: tuple[str, ...], ordered: np.ndarray | None) -> None:
-        self.wanted, self.keys, self.sorted = wanted, keys, ordered
-        self.types: dict[str, pa.DataType] = {}
+            yield from self.keep(pa.Table.from_batches(held)).to_batches()
 
     def keep(self, table: pa.Table) -> pa.Table:
-        if not self.types:
-            self.types = {k: table.schema.field(k).type for k in self.keys}
-            self.wanted = self.wanted.select(list(self.keys)).cast(pa.schema([(k, self.types[k]) for k in self.keys]))
+        """``table``'s rows whose key tuple is wanted: a binary search of the sorted int64s for
+        one integer-like key (sorted once, on the driver), Arrow otherwise."""
         if len(self.keys) > 1:
             return table.join(self.wanted, list(self.keys), join_type="left semi")
         column = table.column(self.keys[0])
-        if self.sorted is None:
+        if self.ordered is None:
             return table.filter(pc.is_in(column, value_set=self.wanted.column(0)))
         values = _as_int64(column.fill_null(0) if column.null_count else column)
-        at = np.minimum(np.searchsorted(self.sorted, values), max(len(self.sorted) - 1, 0))
-        mask = self.sorted[at] == values if len(self.sorted) else np.zeros(len(values), dtype=bool)
+        at = np.minimum(np.searchsorted(self.ordered, values), len(self.ordered) - 1)
+        mask = self.ordered[at] == values
         if column.null_count:
             mask &= pc.is_valid(column).to_numpy(zero_copy_only=False)
         return table.filter(pa.array(mask))
 
 
 def _integer_like(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
+    return pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t)
 
 
 def _as_int64(column: pa.ChunkedArray) -> np.ndarray:
-    t = column.type
-    if pa.types.is_date32(t):
+    if pa.types.is_date32(column.type):
         column = column.cast(pa.int32())
-    elif pa.types.is_date64(t) or pa.types.is_timestamp(t):
-        column = column.cast(pa.int64())
     return column.cast(pa.int64()).to_numpy()
 
 
@@ -178,15 +165,19 @@ def matched_target(
     """The rows of the tables ``read`` (at ``ns``'s manifest version) whose key tuple is in
     ``wanted``, with ``_lance_table`` and ``_lance_rowaddr``; ``columns`` (None: all)."""
     output = tuple(columns if columns is not None else ns.schema.names)
-    schema = read_schema(ns.namespace_schema, list(output))
-    schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+    schema = read_schema(ns.namespace_schema, list(output), row_address=True)
+    if wanted.num_rows == 0:
+        return session.createDataFrame([], schema)  # no source key: no target row can match
+    # the keys typed as the tasks read the rows (Spark-facing Arrow types), once, here
+    read_types = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(k) for k in keys]))
+    wanted = wanted.select(list(keys)).cast(read_types)
+    ordered = None
+    if len(keys) == 1 and _integer_like(read_types.field(0).type):
+        ordered = np.sort(_as_int64(wanted.column(0)))  # the tasks need only the sorted values
+        wanted = wanted.slice(0, 0)
     slots = default_parallelism(session) or 2
     options = {"with_row_address": "true", "object_ids": json.dumps(sorted(read)), "max_partitions": str(2 * slots)}
     parts = [p for p in LancePartitionedReader(ns, schema, options).partitions() if isinstance(p, LanceInputPartition)]
-    ordered = None
-    if len(keys) == 1 and _integer_like(wanted.schema.field(0).type):
-        ordered = np.sort(_as_int64(wanted.column(0)))  # the same int64s as the target's (same Spark type)
-        wanted = wanted.slice(0, 0)  # the tasks need only the sorted values
     chunk = (CHUNK_ROWS, CHUNK_BYTES)
     probe = _Probe(ns.namespace_schema, output, tuple(keys), wanted, ns.storage_options, ordered, chunk)
     return task_rows(session, schema, [p.slices for p in parts], probe.matching)

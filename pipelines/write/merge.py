@@ -41,6 +41,7 @@ from partitioning.tables.rewrites import ReadSet, RewriteResult
 from pipelines.columns.transforms import with_partition_columns
 from pipelines.read_options import session_dialect
 from pipelines.shared_roots import driver_root
+from pipelines.spark_errors import where_sql
 from pipelines.write.matches import matched_target, source_keys
 from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
@@ -285,12 +286,7 @@ def _matched(
     session = source.sparkSession
     key = ("matched", tuple(keys), tuple(columns) if columns is not None else None, schema)
     rows = run.cache.rows(key, read, lambda tables: matched_target(session, ns, tables, keys, wanted, columns))
-    if target_filter:
-        try:
-            rows = rows.where(target_filter)
-        except PySparkException as exc:
-            raise InvalidInput(f"target_filter {target_filter!r}: {first_line(exc)}") from exc
-    return rows
+    return where_sql(rows, target_filter, "target_filter")
 
 
 def _join(target: DataFrame, source: DataFrame, keys: Sequence[str], inserts: bool, by_source: bool) -> DataFrame:

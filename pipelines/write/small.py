@@ -29,18 +29,16 @@ import re
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
-from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
+from partitioning.plan.table_rows import TableSlice
 from partitioning.sql.filters import TrueFilter
-from pipelines.columns.schema import spark_schema
 from pipelines.read.local import local_table
+from pipelines.read_options import read_schema
 from pipelines.session import is_connect
 from pipelines.session_calls import active_session_kept
+from pipelines.spark_errors import where_sql
 
 __all__ = [
     "MEASURED_WRITE_BYTES",
@@ -169,13 +167,7 @@ def small_target(
     table = local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
     if table is None:
         return None
-    schema = T.StructType([spark_schema(ns.namespace_schema)[c] for c in output])
-    schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+    schema = read_schema(ns.namespace_schema, output, row_address=True)
     with active_session_kept(session):
         df = session.createDataFrame(table, schema=schema)
-    if filter:
-        try:
-            df = df.where(filter)
-        except PySparkException as exc:
-            raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
-    return df
+    return where_sql(df, filter)

@@ -15,19 +15,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from partitioning.errors import InvalidInput, PartitioningError, first_line
+from partitioning.errors import InvalidInput, PartitioningError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from pipelines.read_options import dialect_options, read_schema, session_dialect
-from pipelines.spark_errors import spark_errors
+from pipelines.spark_errors import spark_errors, where_sql
 from pipelines.write.small import small_target
 
 __all__ = ["TargetCache", "addresses", "target_rows", "task_rows"]
@@ -79,16 +78,9 @@ def _spark_rows(
     if filter:
         # a filter the reader evaluates exactly drops rows before they reach Spark
         options["filter" if _exactly_understood(filter, ns, session) else "prune_filter"] = filter
-    schema = read_schema(ns.namespace_schema, columns)
-    schema = schema.add(ROW_TABLE, "string", False).add(ROW_ADDRESS, "long", False)
+    schema = read_schema(ns.namespace_schema, columns, row_address=True)
     reader = LancePartitionedReader(ns, schema, options)
-    df = task_rows(session, schema, reader.partitions(), reader.read)
-    if filter:
-        try:
-            df = df.where(filter)
-        except PySparkException as exc:
-            raise InvalidInput(f"filter {filter!r}: {first_line(exc)}") from exc
-    return df
+    return where_sql(task_rows(session, schema, reader.partitions(), reader.read), filter)
 
 
 def task_rows(
