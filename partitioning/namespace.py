@@ -216,6 +216,7 @@ class PartitionedNamespace(NamespaceView):
         guard: Guard | None = None,
         intent: Intent | None = None,
         remove: Sequence[str] = (),
+        applied: str | None = None,
     ) -> int:
         """One optimistic ``__manifest`` commit based on the state this object last read, recording
         ``operation`` (:meth:`history`). It rewrites the ``v<N>`` row of each spec it touches, so
@@ -225,7 +226,8 @@ class PartitionedNamespace(NamespaceView):
         on the ``v<N>`` rows (:meth:`committed_write_ids`). ``naming_seed``: the secret seed of
         a write's :class:`~partitioning.storage.locations.LocationPlanner`, on its first attempt only
         (:func:`partitioning.state.commits.commit_once`). ``guard``: the operation's
-        (:mod:`partitioning.storage.guard`); without one the commit takes its own."""
+        (:mod:`partitioning.storage.guard`); without one the commit takes its own. ``applied``: the
+        token of root properties staged for this commit (:mod:`partitioning.storage.staged`)."""
         return _commits.commit_once(
             self,
             commits,
@@ -236,6 +238,7 @@ class PartitionedNamespace(NamespaceView):
             guard=guard,
             intent=intent,
             remove=remove,
+            applied=applied,
         )
 
     def remove_tables(

@@ -12,12 +12,14 @@ Everything that imports PySpark lives here, on top of :mod:`partitioning`. The f
 - :mod:`pipelines.read`: ``read_partitioned``, small local reads, the shuffle-free join.
 - :mod:`pipelines.write`: ``write_partitioned``, merges, updates, small changes.
 - :mod:`pipelines.maintenance`: compaction, vacuum, deletes, history, metadata tables.
+- :mod:`pipelines.backfill`: ``backfill_columns``, columns computed without rewriting files.
 - :mod:`pipelines.jvm`: the Python side of the JVM layer.
 
 This module keeps the public names; imports from the modules are private and may move.
 """
 
 from partitioning.tables.write import CommitResult
+from pipelines.backfill.api import BackfillResult, backfill_columns
 from pipelines.columns.schema import namespace_schema_from_spark, spark_schema
 from pipelines.columns.transforms import partition_value, with_partition_columns
 from pipelines.maintenance.history import history, restore
@@ -34,8 +36,10 @@ from pipelines.write.merge import merge_partitioned
 from pipelines.write.rewrite import update_rows
 
 __all__ = [
+    "BackfillResult",
     "CommitResult",
     "LancePartitionedDataSource",
+    "backfill_columns",
     "build_session",
     "compact",
     "create_scalar_index",

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
@@ -45,6 +46,12 @@ def _worker_exception_line(text: str) -> str | None:
     return None
 
 
+def _stage_failure_line(text: str) -> str | None:
+    """Why Spark aborted a job (e.g. a Python worker that crashed), from a JVM error's text."""
+    found = re.search(r"Job aborted due to stage failure: [^\n]*?\): (?:[\w.$]+Exception: )?([^\n]+)", text)
+    return found.group(1).split(". Consider ")[0] if found else None
+
+
 def _error_class(name: str) -> type[PartitioningError]:
     found = getattr(errors, name, None)
     return found if isinstance(found, type) and issubclass(found, PartitioningError) else PartitioningError
@@ -63,7 +70,7 @@ def translate_spark_error(exc: BaseException, context: str) -> PartitioningError
     mine = re.search(r"partitioning\.errors\.(\w+): (.+)", text)
     if mine:
         return _error_class(mine.group(1))(_clean(mine.group(2)))
-    line = _worker_exception_line(text)
+    line = _worker_exception_line(text) or _stage_failure_line(text)
     if line is None:
         line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
     return PartitioningError(f"{context} failed in a Spark job: {_clean(line)[:500]}")
@@ -87,7 +94,7 @@ def hide_worker_traceback() -> None:
 def spark_errors(context: str) -> Iterator[None]:
     try:
         yield
-    except PySparkException as exc:
+    except (PySparkException, Py4JJavaError) as exc:
         raise translate_spark_error(exc, context) from exc
 
 

@@ -22,6 +22,7 @@ from partitioning.state.partition_tables import TableCommit
 from partitioning.storage.intents import INTENT_KEY, Intent, with_intents
 from partitioning.storage.locations import object_id_from_location
 from partitioning.storage.manifest import partition_column
+from partitioning.storage.staged import APPLIED_KEY
 
 __all__ = [
     "MAX_PARTITION_VALUE_BYTES",
@@ -55,10 +56,12 @@ def lock_rows(
     *,
     add_intent: Intent | None = None,
     clear_intent: str | None = None,
+    applied: str | None = None,
 ) -> list[dict[str, Any]]:
     """The ``v<N>`` rows of ``spec_ids`` to rewrite in a commit, remembering ``write_id`` if
     given; intents (:mod:`partitioning.storage.intents`): ``add_intent`` recorded, ``clear_intent`` and
-    lapsed ones dropped."""
+    lapsed ones dropped; ``applied``: the token of staged root properties this commit makes
+    the namespace's (:mod:`partitioning.storage.staged`)."""
     out = []
     wanted = sorted(spec_ids)
     locks = state.rows_for(f"v{spec_id}" for spec_id in wanted)
@@ -71,6 +74,8 @@ def lock_rows(
         if write_id is not None:
             recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
             props[WRITE_IDS_PROPERTY] = json.dumps([*recent, write_id])
+        if applied is not None:
+            props[APPLIED_KEY] = applied
         row["metadata"] = json.dumps(props, separators=(",", ":"), sort_keys=True)
         out.append(row)
     return out

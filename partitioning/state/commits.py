@@ -112,6 +112,7 @@ def commit_once(
     guard: Guard | None = None,
     intent: Intent | None = None,
     remove: Sequence[str] = (),
+    applied: str | None = None,
 ) -> int:
     """One optimistic commit of ``commits`` on the state ``ns`` last read, recording
     ``operation`` (:mod:`partitioning.storage.history`); the new manifest version. ``remove``: ids
@@ -133,7 +134,8 @@ def commit_once(
     while nothing of the write can be in ``__manifest`` yet (a write's first attempt). The
     ids and locations it named (:func:`partitioning.storage.locations.seed_named`) are then known
     to be in no row, so they are not looked up: a new partition's commit reads neither
-    the ``object_id`` nor the ``location`` column of a large manifest."""
+    the ``object_id`` nor the ``location`` column of a large manifest. ``applied``: the token
+    of root properties staged for this commit (:mod:`partitioning.storage.staged`)."""
     state = ns._state
     fresh = _seed_named(state, commits, naming_seed)
     touched = {c.object_id or object_id_from_location(c.location) for c in commits} | set(remove)
@@ -147,7 +149,9 @@ def commit_once(
         spec_ids = (spec_ids & set(state.specs)) or {state.current_spec.spec_id}
     base = ns._store.dataset(state.version)
     rows = commit_rows(state, commits, base.schema.names, fresh=fresh)
-    rows.extend(lock_rows(state, spec_ids, write_id, clear_intent=intent.token if intent is not None else None))
+    rows.extend(
+        lock_rows(state, spec_ids, write_id, clear_intent=intent.token if intent is not None else None, applied=applied)
+    )
     table = pa.Table.from_pylist(rows, schema=base.schema)
     refs = [
         Reference(oid, table_uri(ns.root, oid, c.location), c.read_version)

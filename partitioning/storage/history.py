@@ -65,6 +65,7 @@ OPERATIONS = frozenset(
         "INDEX",
         "RESTORE",
         "VACUUM",
+        "BACKFILL",
         "OPTIMIZE_MANIFEST",
         "CREATE",
         "INTENT",

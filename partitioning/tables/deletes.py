@@ -26,7 +26,7 @@ from partitioning.storage.history import Operation
 from partitioning.tables.maintenance import COMMIT_ATTEMPTS, MaintenanceReport, as_namespace, open_recorded
 from partitioning.tables.rewrites import PARALLEL_COMMITS, delete_and_append
 
-__all__ = ["delete_rows", "drop_partitions"]
+__all__ = ["RowMatcher", "delete_rows", "drop_partitions", "whole_partitions"]
 
 
 RowMatcher = Callable[[pa.Table, str], list[int]]
@@ -76,29 +76,41 @@ def drop_partitions(
         return _drop(ns, filter, d, match, guard, started)
 
 
+def whole_partitions(
+    ns: PartitionedNamespace, filter: str, d: Dialect, match: RowMatcher, what: str
+) -> list[PartitionTable]:
+    """The partition tables every row of which satisfies ``filter``: it may use only identity
+    partition columns (``what`` names the operation in the error), and ``match`` applies it
+    to each table's partition values."""
+    planned = [t.object_id for t in ns.plan_scan(filter, dialect=d)]
+    tables = ns.tables_by_id(planned)
+    candidates = [tables[oid] for oid in planned]
+    chosen: list[PartitionTable] = []
+    for spec_id in sorted({t.spec_id for t in candidates}):
+        columns = _identity_columns(ns, spec_id)
+        names = ns.schema.names
+        outside = sorted(set(referenced_columns(filter, names, d.case_sensitive, d)) - set(columns))
+        if outside:
+            raise InvalidInput(
+                f"{what}: column {outside[0]!r} is not an identity partition column of spec "
+                f"v{spec_id} (those are: {', '.join(sorted(columns)) or 'none'}); use delete_rows for row filters"
+            )
+        group = [t for t in candidates if t.spec_id == spec_id]
+        values = pa.table(
+            {c: pa.array([t.values[fid] for t in group], ns.schema.field(c).type) for c, fid in columns.items()}
+        )
+        chosen.extend(group[i] for i in match(values, filter))
+    return chosen
+
+
 def _drop(
     ns: PartitionedNamespace, filter: str, d: Dialect, match: RowMatcher, guard: Guard, started: float
 ) -> MaintenanceReport:
     for _ in range(COMMIT_ATTEMPTS):
         ns.refresh(guard=guard)
-        planned = [t.object_id for t in ns.plan_scan(filter, dialect=d)]
-        tables = ns.tables_by_id(planned)
-        candidates = [tables[oid] for oid in planned]
-        doomed: list[str] = []
-        for spec_id in sorted({t.spec_id for t in candidates}):
-            columns = _identity_columns(ns, spec_id)
-            names = ns.schema.names
-            outside = sorted(set(referenced_columns(filter, names, d.case_sensitive, d)) - set(columns))
-            if outside:
-                raise InvalidInput(
-                    f"drop_partitions: column {outside[0]!r} is not an identity partition column of spec "
-                    f"v{spec_id} (those are: {', '.join(sorted(columns)) or 'none'}); use delete_rows for row filters"
-                )
-            group = [t for t in candidates if t.spec_id == spec_id]
-            values = pa.table(
-                {c: pa.array([t.values[fid] for t in group], ns.schema.field(c).type) for c, fid in columns.items()}
-            )
-            doomed.extend(group[i].object_id for i in match(values, filter))
+        chosen = whole_partitions(ns, filter, d, match, "drop_partitions")
+        tables = {t.object_id: t for t in chosen}
+        doomed = list(tables)
         if not doomed:
             return MaintenanceReport("drop_partitions", ns.root, ns.manifest_version)
         dropped = Operation("DROP_PARTITIONS", {"filter": filter}, {"partitions_removed": len(doomed)})

@@ -36,6 +36,7 @@ from partitioning.tables.compaction import (
     plan_compaction,
     rewrite_all,
 )
+from partitioning.tables.deletes import RowMatcher
 from partitioning.tables.deletes import delete_rows as delete_rows_local
 from partitioning.tables.deletes import drop_partitions as drop_partitions_local
 from partitioning.tables.maintenance import MaintenanceReport, optimize_manifest
@@ -47,7 +48,7 @@ from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
 from pipelines.write.small import small_target
 
-__all__ = ["compact", "delete_rows", "drop_partitions", "optimize_manifest", "vacuum"]
+__all__ = ["compact", "delete_rows", "drop_partitions", "optimize_manifest", "vacuum", "values_matcher"]
 
 log = logging.getLogger("lance_partitioned")
 _INDEX = "__lance_partitioned_row"
@@ -190,6 +191,21 @@ def delete_rows(
     return delete_rows_local(root, filter, find_rows=find, dialect=dialect, storage_options=storage_options)
 
 
+def values_matcher(session: SparkSession, what: str) -> RowMatcher:
+    """A :data:`~partitioning.tables.deletes.RowMatcher` applying a filter with Spark's ``where``
+    to a table of partition values; a filter Spark refuses is one line naming ``what``."""
+
+    def match(values: pa.Table, filter_sql: str) -> list[int]:
+        indexed = values.append_column(_INDEX, pa.array(range(values.num_rows), pa.int64()))
+        try:
+            df = session.createDataFrame(indexed).where(filter_sql)
+            return sorted(r[0] for r in df.select(F.col(_INDEX)).collect())
+        except PySparkException as exc:
+            raise InvalidInput(f"{what} filter {filter_sql!r}: {first_line(exc)}") from exc
+
+    return match
+
+
 def drop_partitions(
     root: str | PartitionedNamespace,
     filter: str,
@@ -204,15 +220,10 @@ def drop_partitions(
     if session is None:
         return drop_partitions_local(root, filter, storage_options=storage_options)
     root = _root(session, root)
-
-    def match(values: pa.Table, filter_sql: str) -> list[int]:
-        indexed = values.append_column(_INDEX, pa.array(range(values.num_rows), pa.int64()))
-        try:
-            df = session.createDataFrame(indexed).where(filter_sql)
-            return sorted(r[0] for r in df.select(F.col(_INDEX)).collect())
-        except PySparkException as exc:
-            raise InvalidInput(f"drop_partitions filter {filter_sql!r}: {first_line(exc)}") from exc
-
     return drop_partitions_local(
-        root, filter, matcher=match, dialect=session_dialect(session), storage_options=storage_options
+        root,
+        filter,
+        matcher=values_matcher(session, "drop_partitions"),
+        dialect=session_dialect(session),
+        storage_options=storage_options,
     )
