@@ -72,7 +72,10 @@ def translate_spark_error(exc: BaseException, context: str) -> PartitioningError
         return _error_class(mine.group(1))(_clean(mine.group(2)))
     line = _worker_exception_line(text) or _stage_failure_line(text)
     if line is None:
-        line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if len(lines) > 1 and lines[0].endswith("from the Python worker:"):
+            lines = lines[1:]  # the worker's exception line, its traceback hidden
+        line = lines[0] if lines else type(exc).__name__
     return PartitioningError(f"{context} failed in a Spark job: {_clean(line)[:500]}")
 
 

@@ -40,6 +40,7 @@ from jobs import query as query_job
 from jobs import vacuum as vacuum_job
 from partitioning import NamespaceAlreadyExists, PartitionedNamespace
 from pipelines import (
+    backfill_columns,
     compact,
     delete_rows,
     drop_partitions,
@@ -350,6 +351,42 @@ def merges_and_updates(spark: Any) -> None:
     check("update_rows through Connect", stored(root), want)
 
 
+def _tripled(batch: Any) -> Any:
+    import pandas as pd
+
+    if (batch["amount"] == 777).any():
+        raise ValueError("no 777")
+    return pd.DataFrame({"amount3": batch["amount"] * 3})
+
+
+def backfills(spark: Any) -> None:
+    """backfill_columns through Spark Connect: a Python function and Spark SQL, computed in
+    tasks, read back with pylance; a failing function is one line and commits nothing."""
+    root = "rel/bf"
+    write_partitioned(spark.createDataFrame(rows(range(12)), SCHEMA), root, partition_by=["country"])
+    backfill_columns(spark, root, _tripled, read_columns=["amount"], output_schema={"amount3": "int64"})
+    backfill_columns(spark, root, {"label": "concat(country, '-', CAST(id AS STRING))"}, filter="country = 'US'")
+    got = []
+    for p in PartitionedNamespace.load(root).partitions():
+        t = lance.dataset(p.uri, version=p.read_version).to_table(columns=["id", "amount3", "label"])
+        got.extend(zip(*(t.column(c).to_pylist() for c in ("id", "amount3", "label")), strict=True))
+    want = [(i, a * 3, f"{c}-{i}" if c == "US" else None) for i, c, a in rows(range(12))]
+    check("backfill through Connect", sorted(got), sorted(want))
+    write_partitioned(spark.createDataFrame([(99, "DE", 777)], SCHEMA), root)
+    version = PartitionedNamespace.load(root).manifest_version
+    try:
+        backfill_columns(spark, root, _tripled, read_columns=["amount"], output_schema={"amount3": "int64"})
+        line = "no error"
+    except Exception as exc:  # the error as the user sees it
+        line = str(exc)
+    check(
+        "a failing backfill through Connect",
+        ("(country=DE), fragment" in line, "ValueError: no 777" in line, "\n" in line),
+        (True, True, False),
+    )
+    check("nothing committed", PartitionedNamespace.load(root).manifest_version, version)
+
+
 def jobs(spark: Any) -> None:
     events = pa.table(
         {
@@ -444,6 +481,7 @@ def main(workdir: str) -> None:
         vector_search,
         maintenance,
         merges_and_updates,
+        backfills,
         jobs,
         reused_dataframes,
     ):

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from partitioning import PartitionedNamespace
 from partitioning.errors import ConcurrentModification, InvalidInput, PartitioningError, SchemaError
 from partitioning.tables.deletes import delete_rows
+from partitioning.tables.vacuum import vacuum
 from partitioning.tables.write import write_table
 from pipelines.backfill.api import backfill_columns
 from pipelines.read.dataframe import read_partitioned
@@ -322,7 +323,7 @@ def test_a_retry_with_the_same_write_id_is_a_no_op(spark, tmp_path):
 def test_a_task_killed_after_writing_files_leaves_nothing_visible(spark, tmp_path):
     root = str(tmp_path / "ns")
     ns = make(root, fragments=2, n=60)
-    before = lance_rows(root)
+    before, digests = lance_rows(root), file_digests(root)
     marker = tmp_path / "written"
 
     def dies_late(batch: pd.DataFrame) -> pd.DataFrame:
@@ -339,6 +340,10 @@ def test_a_task_killed_after_writing_files_leaves_nothing_visible(spark, tmp_pat
     ns2 = PartitionedNamespace.load(root)
     assert ns2.manifest_version == ns.manifest_version and "y" not in ns2.schema.names
     assert lance_rows(root).equals(before)
+    # the files the dead backfill wrote are orphans: vacuum removes them, and only them
+    assert set(file_digests(root)) > set(digests)
+    vacuum(root, dt.timedelta(0), allow_short_retention=True)
+    assert file_digests(root) == digests
     done = backfill_columns(spark, root, {"y": "amount"})
     assert done.rows_backfilled == len(before) and lance_rows(root)["y"].tolist() == before["amount"].tolist()
 
@@ -441,3 +446,69 @@ def test_sql_backfill_runs_in_tasks_with_many_fragments_per_task(spark, tmp_path
     assert after["k"].tolist() == (before["id"] % 5).tolist()
     want = spark.createDataFrame(before[["id", "text"]]).select("id", F.length("text").alias("t2")).toPandas()
     assert after["t2"].astype("Int64").tolist() == want.sort_values("id")["t2"].astype("Int64").tolist()
+
+
+class Crash(RuntimeError):
+    """The driver 'dies' right before its ``__manifest`` commit."""
+
+
+def test_a_driver_dying_before_its_manifest_commit_leaves_nothing_visible(spark, tmp_path, monkeypatch):
+    root = str(tmp_path / "ns")
+    ns = make(root, fragments=2, n=60)
+    before = lance_rows(root)
+
+    def crash(self, *args, **kwargs):
+        raise Crash("killed before the __manifest commit")
+
+    monkeypatch.setattr(PartitionedNamespace, "commit_once", crash)
+    with pytest.raises(Crash):
+        backfill_columns(spark, root, {"y": "amount * 2", "text": "upper(text)"})
+    monkeypatch.undo()
+    # every dataset got its Merge version, the schema was staged: none of it is visible
+    ns2 = PartitionedNamespace.load(root)
+    assert "y" not in ns2.schema.names and ns2.namespace_schema.to_json() == ns.namespace_schema.to_json()
+    assert lance_rows(root).equals(before)
+    assert all(lance.dataset(t.uri).version > t.read_version for t in ns2.partitions())
+    done = backfill_columns(spark, root, {"y": "amount * 2", "text": "upper(text)"})
+    after = lance_rows(root)
+    assert done.rows_backfilled == len(before) and after["y"].tolist() == (before["amount"] * 2).tolist()
+    assert after["text"].tolist() == before["text"].str.upper().tolist()
+
+
+def test_rows_deleted_meanwhile_stay_deleted(spark, tmp_path):
+    root = str(tmp_path / "ns")
+    make(root, fragments=2, n=60)
+    before = lance_rows(root)
+    marker = tmp_path / "deleted"
+
+    def deletes_once(batch: pd.DataFrame) -> pd.DataFrame:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            delete_rows(root, "id % 10 = 3")
+        except FileExistsError:
+            pass
+        return pd.DataFrame({"y": batch["amount"] + 5})
+
+    result = backfill_columns(spark, root, deletes_once, read_columns=["amount"], output_schema={"y": "int64"})
+    after = lance_rows(root)
+    kept = before[before["id"] % 10 != 3].reset_index(drop=True)
+    assert result.rows_left_null == 0 and after["id"].tolist() == kept["id"].tolist()
+    assert after["y"].tolist() == (kept["amount"] + 5).tolist()
+
+
+def test_struct_outputs_are_added_and_replaced(spark, tmp_path):
+    root = str(tmp_path / "ns")
+    make(root, fragments=1, n=60)
+    before = lance_rows(root)
+    kind = pa.struct([("half", pa.int64()), ("name", pa.string())])
+
+    def pair(batch: pa.RecordBatch, bump: int = 0) -> pa.RecordBatch:
+        a = batch.column("amount").to_pylist()
+        return pa.record_batch({"s": pa.array([{"half": x // 2 + bump, "name": f"n{x}"} for x in a], kind)})
+
+    backfill_columns(spark, root, pair, read_columns=["amount"], output_schema={"s": kind})
+    backfill_columns(
+        spark, root, lambda b: pair(b, 1), read_columns=["amount"], output_schema={"s": kind}, fn_input="arrow"
+    )
+    after = lance_rows(root)
+    assert after["s"].tolist() == [{"half": x // 2 + 1, "name": f"n{x}"} for x in before["amount"]]
