@@ -48,6 +48,7 @@ __all__ = [
     "backfill_plan",
     "conform",
     "fragment_works",
+    "open_work",
     "plan_tables",
     "read_fragment",
     "write_fragment",
@@ -215,16 +216,24 @@ def fragment_works(plans: Iterable[TablePlan]) -> list[FragmentWork]:
     ]
 
 
+def open_work(work: FragmentWork, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
+    """The dataset version a work reads (tasks open it once for all its fragments there)."""
+    with translate_lance_errors(f"open {work.label}"):
+        return lance.dataset(work.uri, version=work.version, storage_options=_opts(storage_options))
+
+
 def read_fragment(
     work: FragmentWork,
     columns: BackfillColumns,
     batch_rows: int,
     storage_options: Mapping[str, str] | None,
+    ds: lance.LanceDataset | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The fragment's live rows in row order, ``columns.read`` only, ``batch_rows`` at a time
-    (a backfill with no read columns gets batches without columns)."""
+    (a backfill with no read columns gets batches without columns); ``ds``: the work's
+    dataset, if open."""
     with translate_lance_errors(f"read {work.where}"):
-        ds = lance.dataset(work.uri, version=work.version, storage_options=_opts(storage_options))
+        ds = ds if ds is not None else open_work(work, storage_options)
         fragment = _fragment(ds, work)
         wanted = list(columns.read) or [columns.before.arrow.names[0]]
         for batch in fragment.to_batches(columns=wanted, batch_size=batch_rows):
@@ -287,6 +296,7 @@ def write_fragment(
     columns: BackfillColumns,
     batches: Iterable[pa.RecordBatch],
     storage_options: Mapping[str, str] | None,
+    ds: lance.LanceDataset | None = None,
 ) -> WrittenFragment:
     """Write the fragment's new data file from ``batches`` (shaped by :func:`conform`, the
     fragment's live rows in order); commits nothing. An error raised while producing the
@@ -308,7 +318,7 @@ def write_fragment(
             failure.append(exc)
             raise
 
-    ds = lance.dataset(work.uri, version=work.version, storage_options=_opts(storage_options))
+    ds = ds if ds is not None else open_work(work, storage_options)
     fragment = _fragment(ds, work)
     reader = pa.RecordBatchReader.from_batches(columns.file_schema, stream())
     try:

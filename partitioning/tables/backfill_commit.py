@@ -274,7 +274,7 @@ def _merged(
             if ds.version != head.version + 1:
                 last = ConcurrentModification(f"{uri}: another commit landed before version {ds.version}")
                 continue
-            dropped = tuple(i.name for i in ds.describe_indices() if set(i.fields) & set(remap.values()))
+            dropped = tuple(i.name for i in ds.describe_indices() if set(i.fields) & dead) if dead else ()
             for name in dropped:
                 ds.drop_index(name)
             if dropped:

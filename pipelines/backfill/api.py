@@ -36,7 +36,7 @@ from pipelines.tasks import run_tasks
 __all__ = ["BackfillResult", "backfill_columns"]
 
 OutputSchema = pa.Schema | Mapping[str, pa.DataType | str] | Sequence[pa.Field]
-_TASK_ROWS = 1_000_000
+_TASK_ROWS = 500_000
 
 
 def backfill_columns(
@@ -74,7 +74,8 @@ def backfill_columns(
     partitions (same field id; the output must cast to the column's type); partition
     source columns cannot be replaced. ``filter`` (Spark SQL on identity partition
     columns) selects whole partitions. Tasks take fragments of about ``rows_per_task``
-    rows (default: the rows spread over twice the cluster's task slots, at most 1M a task).
+    rows (default: the rows spread over three times the cluster's task slots, at most
+    500,000 a task, so no core waits long for a last task).
 
     A retry with the same ``write_id`` commits nothing twice. Rows another writer appends
     meanwhile are kept and left NULL (``rows_left_null``); a compaction or update of a
@@ -113,7 +114,7 @@ def backfill_columns(
     with guarded(ns.root, ns.storage_options, write_id=write_id, bases=(ns.manifest_version,)) as guard:
         plans = plan_tables(_tables(spark, ns, filter), columns.before, ns.storage_options)
         works = fragment_works(plans)
-        slots = 2 * (default_parallelism(spark) or 2)
+        slots = 3 * (default_parallelism(spark) or 2)
         tasks = max(slots, -(-sum(w.rows for w in works) // _TASK_ROWS)) if rows_per_task is None else None
         groups = group_works(works, tasks or -(-sum(w.rows for w in works) // rows_per_task))  # type: ignore[operator]
         with describe_jobs(spark, f"lance_partitioned: backfill ({label})"), spark_errors("backfill"):

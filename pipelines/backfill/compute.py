@@ -27,7 +27,14 @@ from pyspark.sql.types import LongType, StructField, StructType
 from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.vectors import spark_facing_schema
-from partitioning.tables.backfill import BackfillColumns, FragmentWork, conform, read_fragment, write_fragment
+from partitioning.tables.backfill import (
+    BackfillColumns,
+    FragmentWork,
+    conform,
+    open_work,
+    read_fragment,
+    write_fragment,
+)
 from pipelines.columns.schema import spark_schema, spark_to_arrow_schema
 from pipelines.spark_errors import hide_worker_traceback
 
@@ -84,10 +91,17 @@ class FunctionTask:
 
     def __call__(self, works: Sequence[FragmentWork]) -> list[Any]:
         hide_worker_traceback()
-        return [write_fragment(w, self.columns, self._computed(w), self.storage_options) for w in works]
+        out, opened = [], {}
+        for w in works:
+            key = (w.uri, w.version)
+            if key not in opened:
+                opened = {key: open_work(w, self.storage_options)}  # a task's fragments come by table
+            ds = opened[key]
+            out.append(write_fragment(w, self.columns, self._computed(w, ds), self.storage_options, ds))
+        return out
 
-    def _computed(self, work: FragmentWork) -> Iterator[pa.RecordBatch]:
-        for batch in read_fragment(work, self.columns, self.batch_rows, self.storage_options):
+    def _computed(self, work: FragmentWork, ds: Any) -> Iterator[pa.RecordBatch]:
+        for batch in read_fragment(work, self.columns, self.batch_rows, self.storage_options, ds):
             arg = batch if self.kind == "arrow" else _to_pandas(batch)
             try:
                 out = self.fn(arg)
@@ -181,8 +195,12 @@ def sql_written(
         hide_worker_traceback()
         for batch in batches:
             for g in batch.column(0).to_pylist():
+                opened: dict[tuple[str, int], Any] = {}
                 for i in range(starts[g], starts[g + 1]):
-                    for rows in read_fragment(works[i], columns, batch_rows, so):
+                    key = (works[i].uri, works[i].version)
+                    if key not in opened:
+                        opened = {key: open_work(works[i], so)}
+                    for rows in read_fragment(works[i], columns, batch_rows, so, opened[key]):
                         rows = rows.cast(spark_facing_schema(rows.schema))
                         yield rows.append_column(_WORK, pa.array(np.full(rows.num_rows, i, np.int64)))
 
