@@ -29,6 +29,7 @@ import pipelines.columns.murmur3 as sm3
 import pipelines.read.local as local_read
 from partitioning.storage.manifest import ManifestStore
 from pipelines import (
+    backfill_columns,
     compact,
     delete_rows,
     join_partitioned,
@@ -60,6 +61,12 @@ def _data_files(root: str) -> set[str]:
 
 def _new_fragment(root: str, before: set[str]) -> bool:
     return bool(_data_files(root) - before)
+
+
+def _doubled(batch: Any) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame({"amount2": batch["amount"] * 2})
 
 
 def _executor_jvm() -> int:
@@ -225,6 +232,14 @@ def main(work: str) -> int:
         left = sorted((i, c, a + 1 if i % 2 == 0 else a) for i, c, a in by_id.values())
         check("merge and update through the executors", _lance_rows(absolute), left)
         timings["merge and update"] = time.monotonic() - t
+
+        t = time.monotonic()
+        # a backfill computes in the executors' Python workers and writes beside the files
+        backfill_columns(spark, "rel/orders", _doubled, read_columns=["amount"], output_schema={"amount2": "int64"})
+        backfill_columns(spark, "rel/orders", {"tag": "concat(country, ':', CAST(id AS STRING))"})
+        want = sorted((i, c, a, a * 2, f"{c}:{i}") for i, c, a in left)
+        check("backfill through the executors", _lance_rows(absolute), want)
+        timings["backfill"] = time.monotonic() - t
 
         cwd = spark.sparkContext.parallelize(range(8), 8).map(lambda _: os.getcwd()).distinct().collect()
         executor_dirs = sorted(set(cwd) - {work})

@@ -147,11 +147,12 @@ def _check_replaceable(schema: NamespaceSchema, specs: Mapping[int, PartitionSpe
 class TablePlan:
     """One partition table to backfill: as recorded in ``__manifest``, the dataset version
     the tasks read (the recorded one, or a version aligning its columns to the namespace
-    schema), and its fragments' ids and live rows."""
+    schema), its fragments' ids and live rows, and each fragment's data files there."""
 
     table: PartitionTable
     version: int
     fragments: tuple[tuple[int, int], ...]
+    files: Mapping[int, tuple[str, ...]]
 
     @property
     def label(self) -> str:
@@ -176,8 +177,9 @@ def plan_tables(
             if not is_aligned(ds, schema):
                 head = latest_keeping_indexes(table.uri, table.read_version, storage_options)
                 ds = align_schema(table.uri, head, schema, storage_options)
-            fragments = tuple((f.fragment_id, _live_rows(f.metadata)) for f in ds.get_fragments())
-        return TablePlan(table, int(ds.version), fragments)
+            metas = [f.metadata for f in ds.get_fragments()]
+        fragments = tuple((m.id, _live_rows(m)) for m in metas)
+        return TablePlan(table, int(ds.version), fragments, {m.id: tuple(f.path for f in m.files) for m in metas})
 
     with ThreadPoolExecutor(max_workers=max(1, min(_PARALLEL_OPENS, len(tables)))) as pool:
         return list(pool.map(plan, tables))

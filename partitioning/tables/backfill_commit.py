@@ -232,34 +232,34 @@ def _merged(
         raise ConcurrentModification(f"{plan.label} is read from a branch or tag now; nothing was committed")
     opts = dict(storage_options) if storage_options else None
     with translate_lance_errors(f"backfill {plan.label}"):
-        read = lance.dataset(uri, version=plan.version, storage_options=opts)
-        read_files = {f.fragment_id: _files(f.metadata) for f in read.get_fragments()}
+        read_files = plan.files
         schema = pickle.loads(next(iter(written.values())).lance_schema)
         remap, dead = _replacement_ids(schema, columns)
         final = _without_temp(schema)
+        names = columns.before.arrow.names
         last: ConcurrentModification | None = None
         for _ in range(DEFAULT_COMMIT_ATTEMPTS):
-            head = latest_keeping_indexes(uri, plan.version if recorded == plan.table.read_version else recorded, opts)
-            if recorded != plan.table.read_version and (
-                not is_aligned(head, columns.before) or _ids(head.lance_schema) != _ids(read.lance_schema)
-            ):
+            moved = recorded != plan.table.read_version
+            head = latest_keeping_indexes(uri, recorded if moved else plan.version, opts)
+            if moved and (not is_aligned(head, columns.before) or _ids(head.lance_schema) != _ids(schema, names)):
                 raise ConcurrentModification(
                     f"{plan.label} changed its columns while the backfill ran; nothing was committed, run it again"
                 )
-            fragments, left = [], 0
+            fragments, left, now = [], 0, set()
             for fragment in head.get_fragments():
                 meta, fid = fragment.metadata, fragment.fragment_id
+                now.add(fid)
                 if fid not in read_files:
                     left += fragment.count_rows()
                     fragments.append(meta)
                     continue
-                if _files(meta) != read_files[fid]:
+                if tuple(_files(meta)) != read_files[fid]:
                     raise ConcurrentModification(
                         f"{plan.label}: fragment {fid} was rewritten (compacted or updated) while the backfill ran; "
                         "nothing was committed, run it again"
                     )
                 fragments.append(_with_new_file(written[fid].fragment, meta, remap, dead))
-            if left and set(read_files) - {f.fragment_id for f in head.get_fragments()}:
+            if left and set(read_files) - now:
                 raise ConcurrentModification(
                     f"{plan.label}: fragments were rewritten (compacted or updated) while the backfill ran; "
                     "nothing was committed, run it again"
@@ -292,8 +292,10 @@ def _flat(fields: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _ids(schema: LanceSchema) -> list[tuple[str, int]]:
-    return [(f.name(), f.id()) for f in _flat(schema.fields())]
+def _ids(schema: LanceSchema, only: Sequence[str] | None = None) -> list[tuple[str, int]]:
+    """(name, Lance id) of every field, pre-order; ``only``: of these top-level columns."""
+    fields = [f for f in schema.fields() if only is None or f.name() in only]
+    return [(f.name(), f.id()) for f in _flat(fields)]
 
 
 def _replacement_ids(schema: LanceSchema, columns: BackfillColumns) -> tuple[dict[int, int], set[int]]:
