@@ -50,7 +50,7 @@ _STEP = np.arange(DIM, dtype=np.float32) / DIM
 def new_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The two new columns of a batch holding ``id``: the same work in both arms."""
     ids = batch.column("id").to_numpy()
-    emb = ((ids % 1009).astype(np.float32)[:, None] / 1009 + _STEP[None, :]).astype(np.float32)
+    emb = (ids % 1009).astype(np.float32)[:, None] / np.float32(1009) + _STEP[None, :]
     return pa.record_batch(
         {"bucket": pa.array(ids * 2), "emb": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), DIM)}
     )
