@@ -512,3 +512,23 @@ def test_struct_outputs_are_added_and_replaced(spark, tmp_path):
     )
     after = lance_rows(root)
     assert after["s"].tolist() == [{"half": x // 2 + 1, "name": f"n{x}"} for x in before["amount"]]
+
+
+def test_a_lost_race_while_staging_the_schema_is_retried(spark, tmp_path, monkeypatch):
+    import partitioning.tables.backfill_commit as commit_module
+
+    root = str(tmp_path / "ns")
+    make(root, fragments=1, n=60)
+    before = lance_rows(root)
+    real, calls = commit_module.commit_metadata, []
+
+    def loses_once(*args, **kwargs):
+        calls.append(args[2])
+        if len(calls) == 1:
+            raise ConcurrentModification("another properties commit won")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(commit_module, "commit_metadata", loses_once)
+    result = backfill_columns(spark, root, {"y": "amount + 7"})
+    assert result.attempts == 2 and lance_rows(root)["y"].tolist() == (before["amount"] + 7).tolist()
+    assert PartitionedNamespace.load(root).schema.names == [*SCHEMA.names, "y"]

@@ -17,6 +17,7 @@ cannot be replaced: their values decide which partition a row belongs to.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -303,8 +304,6 @@ def write_fragment(
     """Write the fragment's new data file from ``batches`` (shaped by :func:`conform`, the
     fragment's live rows in order); commits nothing. An error raised while producing the
     batches is raised as it was."""
-    import pickle
-
     counted = 0
     failure: list[BaseException] = []
 

@@ -138,7 +138,6 @@ def commit_backfill(
             done = list(
                 pool.map(_merged, plans, versions, tables, [columns] * len(plans), [ns.storage_options] * len(plans))
             )
-        token = _stage(ns, columns, operation) if columns.added else None
         rows = sum(w.rows for w in written)
         recorded_op = operation.with_metrics(
             rows_backfilled=rows,
@@ -148,7 +147,9 @@ def commit_backfill(
             columns_added=len(columns.added),
             columns_replaced=len(columns.replaced),
         ).timed(started)
+        token = None
         try:
+            token = _stage(ns, columns, operation) if columns.added else None
             version = ns.commit_once(
                 [d.commit for d in done], write_id=write_id, operation=recorded_op, guard=guard, applied=token
             )
