@@ -91,6 +91,15 @@ def fragment_files(root: str) -> dict[tuple[str, int], list[tuple[str, int]]]:
     return out
 
 
+def first_call(marker: Path) -> bool:
+    """True for the first caller in any process (the one whose exclusive create of ``marker`` works)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
+
+
 def embed(batch: pd.DataFrame) -> pd.DataFrame:
     text = batch["text"].fillna("")
     return pd.DataFrame(
@@ -355,13 +364,7 @@ def test_rows_appended_meanwhile_are_kept_and_reported(spark, tmp_path):
     marker = tmp_path / "appended"
 
     def appends_once(batch: pd.DataFrame) -> pd.DataFrame:
-        fd = None
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL)
-        except FileExistsError:
-            pass
-        if fd is not None:
-            os.close(fd)
+        if first_call(marker):
             write_table(PartitionedNamespace.load(root), rows(10_000, 30))
         return pd.DataFrame({"y": batch["amount"] * 3})
 
@@ -382,11 +385,8 @@ def test_a_compaction_meanwhile_fails_the_commit_and_loses_nothing(spark, tmp_pa
     marker = tmp_path / "compacted"
 
     def compacts_once(batch: pd.DataFrame) -> pd.DataFrame:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        if first_call(marker):
             compact_local(PartitionedNamespace.load(root))
-        except FileExistsError:
-            pass
         return pd.DataFrame({"y": batch["amount"]})
 
     with pytest.raises(ConcurrentModification, match=r"rewritten .* while the backfill ran; nothing was committed"):
@@ -482,11 +482,8 @@ def test_rows_deleted_meanwhile_stay_deleted(spark, tmp_path):
     marker = tmp_path / "deleted"
 
     def deletes_once(batch: pd.DataFrame) -> pd.DataFrame:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        if first_call(marker):
             delete_rows(root, "id % 10 = 3")
-        except FileExistsError:
-            pass
         return pd.DataFrame({"y": batch["amount"] + 5})
 
     result = backfill_columns(spark, root, deletes_once, read_columns=["amount"], output_schema={"y": "int64"})
@@ -520,7 +517,7 @@ def test_a_lost_race_while_staging_the_schema_is_retried(spark, tmp_path, monkey
     root = str(tmp_path / "ns")
     make(root, fragments=1, n=60)
     before = lance_rows(root)
-    real, calls = commit_module.commit_metadata, []
+    real, calls = commit_module.stage_properties, []
 
     def loses_once(*args, **kwargs):
         calls.append(args[2])
@@ -528,7 +525,7 @@ def test_a_lost_race_while_staging_the_schema_is_retried(spark, tmp_path, monkey
             raise ConcurrentModification("another properties commit won")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(commit_module, "commit_metadata", loses_once)
+    monkeypatch.setattr(commit_module, "stage_properties", loses_once)
     result = backfill_columns(spark, root, {"y": "amount + 7"})
     assert result.attempts == 2 and lance_rows(root)["y"].tolist() == (before["amount"] + 7).tolist()
     assert PartitionedNamespace.load(root).schema.names == [*SCHEMA.names, "y"]

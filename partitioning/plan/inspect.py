@@ -43,6 +43,7 @@ from partitioning.sql.filters import Dialect
 from partitioning.sql.from_sql import parse_filter
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
+from partitioning.storage.datasets import live_rows
 from partitioning.storage.manifest import ManifestStore, partition_column
 from partitioning.storage.paths import join_uri
 from partitioning.storage.roots import filesystem_of
@@ -327,10 +328,8 @@ def _fragments_of(ds: lance.LanceDataset, uri: str, storage_options: Mapping[str
     sizes.update(_stat(unknown, storage_options))
     for fragment, meta in zip(fragments, metas, strict=True):
         paths = tuple(join_uri(uri, f"data/{d.path}") for d in meta.files)
-        deleted = 0 if meta.deletion_file is None else meta.deletion_file.num_deleted_rows
-        if deleted is None:  # a deletion file that does not record its count (old Lance writers)
-            deleted = meta.physical_rows - fragment.count_rows()
-        out.append(_Fragment(meta.id, paths, meta.physical_rows, int(deleted), sum(sizes[p] for p in paths)))
+        deleted = meta.physical_rows - live_rows(fragment, meta)
+        out.append(_Fragment(meta.id, paths, meta.physical_rows, deleted, sum(sizes[p] for p in paths)))
     return out
 
 

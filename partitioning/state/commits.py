@@ -11,6 +11,7 @@ these functions.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -19,7 +20,7 @@ from functools import partial
 import lance
 import pyarrow as pa
 
-from partitioning.errors import ConcurrentModification, TableNotFound
+from partitioning.errors import ConcurrentModification, PartitioningError, TableNotFound
 from partitioning.spec.values import canonical_float
 from partitioning.state.commit_rows import commit_rows, lock_rows
 from partitioning.state.loading import state_after_merge, state_after_rewrite
@@ -32,14 +33,18 @@ from partitioning.storage.intents import Intent, IntentWait, blocking, intents_i
 from partitioning.storage.locations import object_id_from_location, seed_named, spec_id_of
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.paths import table_uri
+from partitioning.storage.staged import staged_key
 
 __all__ = [
     "DEFAULT_COMMIT_RETRIES",
     "commit_metadata",
     "commit_once",
     "commit_tables",
+    "finish_properties",
     "merge_manifest_rows",
     "remove_tables",
+    "stage_properties",
+    "unstage_properties",
 ]
 
 DEFAULT_COMMIT_RETRIES = 8
@@ -81,6 +86,34 @@ def commit_metadata(
     drops every key not in ``properties``. Returns the version."""
     recorded = operation.properties() if operation is not None else None
     return store.update_metadata(properties, base=base, replace=replace, transaction_properties=recorded)
+
+
+def stage_properties(
+    store: ManifestStore, base: lance.LanceDataset, properties: Mapping[str, str], operation: Operation
+) -> str:
+    """Stage root ``properties`` (all of them) on ``base`` for a rows commit to apply
+    (:mod:`partitioning.storage.staged`): a commit readers ignore. Returns the token."""
+    token = secrets.token_hex(8)
+    staged = {staged_key(token): json.dumps(dict(properties), separators=(",", ":"), sort_keys=True)}
+    commit_metadata(store, base, staged, operation.with_parameters(step="stage"))
+    return token
+
+
+def unstage_properties(store: ManifestStore, token: str, operation: Operation) -> None:
+    """Remove staged properties nobody applied (best effort: readers ignore them anyway)."""
+    try:
+        commit_metadata(store, store.dataset(), {staged_key(token): None}, operation.with_parameters(step="unstage"))
+    except PartitioningError:
+        pass
+
+
+def finish_properties(store: ManifestStore, operation: Operation) -> int | None:
+    """Write applied staged properties as the plain ones; None when that commit loses a race
+    (they are applied already, and the next properties commit of anyone writes them out)."""
+    try:
+        return commit_metadata(store, store.dataset(), {}, operation.with_parameters(step="finish"))
+    except ConcurrentModification:
+        return None
 
 
 def commit_tables(

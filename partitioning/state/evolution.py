@@ -18,7 +18,7 @@ import pyarrow as pa
 from lance.dataset import LanceOperation, Transaction
 from lance.schema import LanceSchema
 
-from partitioning.errors import ConcurrentModification, SpecError, translate_lance_errors
+from partitioning.errors import ConcurrentModification, SchemaError, SpecError, translate_lance_errors
 from partitioning.spec.arrow_json import parse_type
 from partitioning.spec.partition_by import parse_partition_by
 from partitioning.spec.partition_spec import PartitionField, PartitionSpec
@@ -32,6 +32,7 @@ from partitioning.storage.manifest import SCHEMA_KEY, SPEC_KEY_PREFIX, ManifestS
 __all__ = [
     "ColumnsLike",
     "add_columns",
+    "coerce_columns",
     "drop_column",
     "evolve_partition_spec",
     "evolve_schema",
@@ -143,7 +144,7 @@ def _field_ids(schema: LanceSchema) -> list[tuple[str, int]]:
 
 def add_columns(ns: ManifestHandle, columns: ColumnsLike, *, max_retries: int) -> NamespaceSchema:
     """Add nullable columns with fresh field ids."""
-    new = _coerce_columns(columns)
+    new = coerce_columns(columns)
     shown = ", ".join(f"{f.name} {f.type}" for f in new)
     added = Operation("EVOLVE_SCHEMA", {"change": "add_columns", "columns": shown}, {"columns_added": len(new)})
     return evolve_schema(ns, lambda s: s.with_columns(new), max_retries=max_retries, operation=added)
@@ -236,12 +237,15 @@ def evolve_schema(
     raise ConcurrentModification(f"schema change of {ns.root} lost {max_retries + 1} races: {last}") from last
 
 
-def _coerce_columns(columns: ColumnsLike) -> list[pa.Field]:
-    """New columns as nullable Arrow fields; types may be spelled as strings."""
+def coerce_columns(columns: ColumnsLike) -> list[pa.Field]:
+    """Columns as Arrow fields; types may be spelled as strings (:func:`parse_type`)."""
     if isinstance(columns, pa.Field):
         return [columns]
     if isinstance(columns, pa.Schema):
         return list(columns)
     if isinstance(columns, Mapping):
         return [pa.field(n, parse_type(t) if isinstance(t, str) else t) for n, t in columns.items()]
-    return list(columns)
+    fields = list(columns)
+    if not all(isinstance(f, pa.Field) for f in fields):
+        raise SchemaError("columns must be a pyarrow Schema, a mapping of column to type, or pyarrow fields")
+    return fields

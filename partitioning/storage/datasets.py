@@ -40,12 +40,23 @@ __all__ = [
     "commit_rewrites",
     "commit_version",
     "compact_fragments",
+    "live_rows",
     "missing_data_files",
     "replace_fragments",
     "write_new_fragments",
 ]
 
 DEFAULT_COMMIT_ATTEMPTS = 24
+
+
+def live_rows(fragment: lance.LanceFragment, meta: FragmentMetadata | None = None) -> int:
+    """A fragment's rows not deleted, from its metadata (``meta``, if read already); counted
+    when its deletion file does not record how many it deletes (old Lance writers)."""
+    meta = meta if meta is not None else fragment.metadata
+    if meta.deletion_file is None:
+        return int(meta.physical_rows)
+    deleted = meta.deletion_file.num_deleted_rows
+    return int(meta.physical_rows) - int(deleted) if deleted is not None else int(fragment.count_rows())
 
 
 def write_new_fragments(

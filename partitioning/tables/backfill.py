@@ -39,6 +39,7 @@ from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.state.partition_tables import PartitionTable
 from partitioning.storage.alignment import align_schema, is_aligned, latest_keeping_indexes
+from partitioning.storage.datasets import live_rows
 
 __all__ = [
     "TEMP_PREFIX",
@@ -178,17 +179,12 @@ def plan_tables(
             if not is_aligned(ds, schema):
                 head = latest_keeping_indexes(table.uri, table.read_version, storage_options)
                 ds = align_schema(table.uri, head, schema, storage_options)
-            metas = [f.metadata for f in ds.get_fragments()]
-        fragments = tuple((m.id, _live_rows(m)) for m in metas)
-        return TablePlan(table, int(ds.version), fragments, {m.id: tuple(f.path for f in m.files) for m in metas})
+            pieces = [(f, f.metadata) for f in ds.get_fragments()]
+            fragments = tuple((m.id, live_rows(f, m)) for f, m in pieces)
+        return TablePlan(table, int(ds.version), fragments, {m.id: tuple(d.path for d in m.files) for _, m in pieces})
 
     with ThreadPoolExecutor(max_workers=max(1, min(_PARALLEL_OPENS, len(tables)))) as pool:
         return list(pool.map(plan, tables))
-
-
-def _live_rows(meta: Any) -> int:
-    deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
-    return int(meta.physical_rows) - int(deleted or 0)
 
 
 def _opts(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:

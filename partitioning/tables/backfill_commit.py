@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import pickle
 import random
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,13 +39,12 @@ from lance.schema import LanceSchema
 
 from partitioning.errors import ConcurrentModification, PartitioningError, translate_lance_errors
 from partitioning.namespace import PartitionedNamespace, TableCommit
-from partitioning.state.commits import commit_metadata
+from partitioning.state.commits import finish_properties, stage_properties, unstage_properties
 from partitioning.storage.alignment import COMMIT_MESSAGE, is_aligned, latest_keeping_indexes
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation
 from partitioning.storage.manifest import SCHEMA_KEY
-from partitioning.storage.staged import staged_key
 from partitioning.tables.backfill import TEMP_PREFIX, BackfillColumns, TablePlan, WrittenFragment
 from partitioning.tables.write import PARALLEL_COMMITS, CommitResult, already_committed
 
@@ -115,6 +113,7 @@ def commit_backfill(
         missing = [fid for fid, _ in plan.fragments if fid not in by_table.get(plan.table.object_id, {})]
         if missing:
             raise PartitioningError(f"backfill of {plan.label}: fragment {missing[0]} was not written")
+    rows, written_bytes = sum(w.rows for w in written), sum(w.bytes_written for w in written)
     last: ConcurrentModification | None = None
     for attempt in range(1, attempts + 1):
         ns.refresh(guard=guard)
@@ -138,10 +137,9 @@ def commit_backfill(
             done = list(
                 pool.map(_merged, plans, versions, tables, [columns] * len(plans), [ns.storage_options] * len(plans))
             )
-        rows = sum(w.rows for w in written)
         recorded_op = operation.with_metrics(
             rows_backfilled=rows,
-            bytes_added=sum(w.bytes_written for w in written),
+            bytes_added=written_bytes,
             files_added=len(written),
             partitions_touched=len(done),
             columns_added=len(columns.added),
@@ -156,11 +154,12 @@ def commit_backfill(
         except ConcurrentModification as exc:
             last = exc
             if token is not None:
-                _unstage(ns, token, operation)
+                unstage_properties(ns._store, token, operation)
             time.sleep(random.uniform(0.01, 0.05) * attempt)
             continue
         if token is not None:
-            _finish(ns, operation)
+            finish_properties(ns._store, operation)
+            ns.refresh()
         return BackfillResult(
             root=ns.root,
             mode="backfill",
@@ -173,7 +172,7 @@ def commit_backfill(
             columns_replaced=columns.replaced,
             fragments_backfilled=len(written),
             rows_backfilled=rows,
-            bytes_written=sum(w.bytes_written for w in written),
+            bytes_written=written_bytes,
             rows_left_null=sum(d.left_null for d in done),
             indexes_dropped=tuple((d.commit.object_id or "", name) for d in done for name in d.dropped),
             seconds=time.monotonic() - started,
@@ -186,33 +185,10 @@ def commit_backfill(
 
 def _stage(ns: PartitionedNamespace, columns: BackfillColumns, operation: Operation) -> str:
     """Stage the namespace's properties with the new schema; the token to apply."""
-    token = secrets.token_hex(8)
-    props = dict(ns._state.metadata)
-    props[SCHEMA_KEY] = columns.after.to_json()
-    staged = {staged_key(token): json.dumps(props, separators=(",", ":"), sort_keys=True)}
-    commit_metadata(ns._store, ns._store.dataset(ns.manifest_version), staged, operation.with_parameters(step="stage"))
+    props = {**ns._state.metadata, SCHEMA_KEY: columns.after.to_json()}
+    token = stage_properties(ns._store, ns._store.dataset(ns.manifest_version), props, operation)
     ns.refresh()
     return token
-
-
-def _unstage(ns: PartitionedNamespace, token: str, operation: Operation) -> None:
-    """Remove staged properties nobody applied (best effort: readers ignore them anyway)."""
-    try:
-        commit_metadata(
-            ns._store, ns._store.dataset(), {staged_key(token): None}, operation.with_parameters(step="unstage")
-        )
-    except PartitioningError:
-        pass
-
-
-def _finish(ns: PartitionedNamespace, operation: Operation) -> None:
-    """Write applied staged properties as the plain ones (best effort: the next properties
-    commit of anyone does it otherwise)."""
-    try:
-        commit_metadata(ns._store, ns._store.dataset(), {}, operation.with_parameters(step="finish"))
-    except PartitioningError:
-        pass
-    ns.refresh()
 
 
 def _files(meta: Any) -> list[str]:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,13 +44,13 @@ import pyarrow as pa
 from partitioning.errors import ConcurrentModification, InvalidInput, PartitioningError
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.state.commit_rows import WRITE_IDS_PROPERTY
-from partitioning.state.commits import commit_metadata, merge_manifest_rows
+from partitioning.state.commits import finish_properties, merge_manifest_rows, stage_properties, unstage_properties
 from partitioning.state.loading import read_state
 from partitioning.state.namespace_state import NamespaceState
 from partitioning.storage.guard import Reference, ReferenceGone, guarded, missing_references
 from partitioning.storage.history import Operation, version_at
 from partitioning.storage.manifest import SCHEMA_KEY, ManifestStore
-from partitioning.storage.staged import APPLIED_KEY, staged_key
+from partitioning.storage.staged import APPLIED_KEY
 
 __all__ = ["RestoreResult", "restore"]
 
@@ -194,28 +193,15 @@ def _commit(store: ManifestStore, current: NamespaceState, target: NamespaceStat
     that one loses a race, the next properties commit of anyone does it)."""
     base = store.dataset(current.version)
     props = _properties(current, target)
-    token = secrets.token_hex(8) if props != current.metadata else None
-    if token is not None:
-        staged = {staged_key(token): json.dumps(props, separators=(",", ":"), sort_keys=True)}
-        commit_metadata(store, base, staged, operation.with_parameters(step="stage"))
+    token = stage_properties(store, base, props, operation) if props != current.metadata else None
     rows = _rows(current, target, base.schema, token)
     try:
         version = merge_manifest_rows(store, base, rows, operation, delete_others=True)
     except ConcurrentModification:
         if token is not None:
-            _unstage(store, token, operation)
+            unstage_properties(store, token, operation)
         raise
     if token is None:
         return version
-    try:
-        return commit_metadata(store, store.dataset(), {}, operation.with_parameters(step="finish"))
-    except ConcurrentModification:
-        return version  # applied already; the next properties commit writes them out
-
-
-def _unstage(store: ManifestStore, token: str, operation: Operation) -> None:
-    """Remove staged properties nobody applied (best effort: readers ignore them anyway)."""
-    try:
-        commit_metadata(store, store.dataset(), {staged_key(token): None}, operation.with_parameters(step="unstage"))
-    except PartitioningError:
-        pass
+    finished = finish_properties(store, operation)
+    return version if finished is None else finished

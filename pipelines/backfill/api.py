@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from partitioning.errors import InvalidInput, SchemaError
+from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
+from partitioning.state.evolution import ColumnsLike, coerce_columns
 from partitioning.state.partition_tables import PartitionTable
 from partitioning.storage.guard import guarded
 from partitioning.storage.history import Operation
@@ -35,7 +35,6 @@ from pipelines.tasks import run_tasks
 
 __all__ = ["BackfillResult", "backfill_columns"]
 
-OutputSchema = pa.Schema | Mapping[str, pa.DataType | str] | Sequence[pa.Field]
 _TASK_ROWS = 500_000
 
 
@@ -45,7 +44,7 @@ def backfill_columns(
     fn: Callable[[Any], Any] | Mapping[str, str],
     *,
     read_columns: Sequence[str] | None = None,
-    output_schema: OutputSchema | None = None,
+    output_schema: ColumnsLike | None = None,
     filter: str | None = None,
     write_id: str | None = None,
     batch_rows: int = 8192,
@@ -95,13 +94,13 @@ def backfill_columns(
     expressions = _expressions(fn)
     if expressions is not None:
         types = sql_output(spark, expressions, ns.namespace_schema)
-        output = _output_fields(output_schema) if output_schema is not None else list(types)
+        output = coerce_columns(output_schema) if output_schema is not None else list(types)
         read = list(read_columns) if read_columns is not None else sql_read_columns(expressions, ns.namespace_schema)
     else:
         if output_schema is None or read_columns is None:
             raise InvalidInput("a backfill function needs read_columns and output_schema")
         kind = batch_kind(fn, fn_input)  # type: ignore[arg-type]
-        output, read = _output_fields(output_schema), list(read_columns)
+        output, read = coerce_columns(output_schema), list(read_columns)
     columns = backfill_plan(ns.namespace_schema, ns.specs, output, read)
     if expressions is not None and sorted(expressions) != sorted(columns.names):
         raise InvalidInput(
@@ -114,9 +113,12 @@ def backfill_columns(
     with guarded(ns.root, ns.storage_options, write_id=write_id, bases=(ns.manifest_version,)) as guard:
         plans = plan_tables(_tables(spark, ns, filter), columns.before, ns.storage_options)
         works = fragment_works(plans)
-        slots = 3 * (default_parallelism(spark) or 2)
-        tasks = max(slots, -(-sum(w.rows for w in works) // _TASK_ROWS)) if rows_per_task is None else None
-        groups = group_works(works, tasks or -(-sum(w.rows for w in works) // rows_per_task))  # type: ignore[operator]
+        total = sum(w.rows for w in works)
+        if rows_per_task is None:
+            tasks = max(3 * (default_parallelism(spark) or 2), -(-total // _TASK_ROWS))
+        else:
+            tasks = -(-total // rows_per_task)
+        groups = group_works(works, tasks)
         with describe_jobs(spark, f"lance_partitioned: backfill ({label})"), spark_errors("backfill"):
             if not groups:
                 written = []
@@ -140,23 +142,6 @@ def _expressions(fn: Any) -> dict[str, str] | None:
             f"backfill fn must be a function or a mapping of column to Spark SQL, not {type(fn).__name__}"
         )
     return None
-
-
-def _output_fields(output: OutputSchema) -> list[pa.Field]:
-    if isinstance(output, pa.Schema):
-        return list(output)
-    if isinstance(output, Mapping):
-        fields = []
-        for name, t in output.items():
-            try:
-                fields.append(pa.field(name, t if isinstance(t, pa.DataType) else pa.type_for_alias(str(t))))
-            except (ValueError, TypeError, KeyError) as exc:
-                raise SchemaError(f"output column {name!r}: unknown type {t!r}") from exc
-        return fields
-    fields = list(output)
-    if not all(isinstance(f, pa.Field) for f in fields):
-        raise SchemaError("output_schema must be a pyarrow Schema, a mapping of column to type, or pyarrow fields")
-    return fields
 
 
 def _tables(spark: SparkSession, ns: PartitionedNamespace, filter: str | None) -> list[PartitionTable]:

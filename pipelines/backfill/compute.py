@@ -79,6 +79,18 @@ def group_works(works: Sequence[FragmentWork], tasks: int) -> list[list[Fragment
     return [g for g in groups if g]
 
 
+def opened(
+    works: Sequence[FragmentWork], storage_options: Mapping[str, str] | None
+) -> Iterator[tuple[FragmentWork, Any]]:
+    """Each work with its dataset, opened once for the consecutive works of one table (a
+    task's fragments come grouped by table)."""
+    key, ds = None, None
+    for w in works:
+        if (w.uri, w.version) != key:
+            key, ds = (w.uri, w.version), open_work(w, storage_options)
+        yield w, ds
+
+
 @dataclass(frozen=True)
 class FunctionTask:
     """A Spark task's work: compute ``fn`` over each fragment's batches and write its file."""
@@ -91,14 +103,10 @@ class FunctionTask:
 
     def __call__(self, works: Sequence[FragmentWork]) -> list[Any]:
         hide_worker_traceback()
-        out, opened = [], {}
-        for w in works:
-            key = (w.uri, w.version)
-            if key not in opened:
-                opened = {key: open_work(w, self.storage_options)}  # a task's fragments come by table
-            ds = opened[key]
-            out.append(write_fragment(w, self.columns, self._computed(w, ds), self.storage_options, ds))
-        return out
+        return [
+            write_fragment(w, self.columns, self._computed(w, ds), self.storage_options, ds)
+            for w, ds in opened(works, self.storage_options)
+        ]
 
     def _computed(self, work: FragmentWork, ds: Any) -> Iterator[pa.RecordBatch]:
         for batch in read_fragment(work, self.columns, self.batch_rows, self.storage_options, ds):
@@ -195,12 +203,9 @@ def sql_written(
         hide_worker_traceback()
         for batch in batches:
             for g in batch.column(0).to_pylist():
-                opened: dict[tuple[str, int], Any] = {}
-                for i in range(starts[g], starts[g + 1]):
-                    key = (works[i].uri, works[i].version)
-                    if key not in opened:
-                        opened = {key: open_work(works[i], so)}
-                    for rows in read_fragment(works[i], columns, batch_rows, so, opened[key]):
+                group = works[starts[g] : starts[g + 1]]
+                for i, (work, ds) in enumerate(opened(group, so), start=starts[g]):
+                    for rows in read_fragment(work, columns, batch_rows, so, ds):
                         rows = rows.cast(spark_facing_schema(rows.schema))
                         yield rows.append_column(_WORK, pa.array(np.full(rows.num_rows, i, np.int64)))
 
