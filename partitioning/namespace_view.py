@@ -21,7 +21,7 @@ from partitioning.spec.values import canonical_float
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, Filter
 from partitioning.sql.from_sql import parse_filter
-from partitioning.state.commit_rows import committed_write_ids
+from partitioning.state.commit_rows import committed_write_ids, write_id_committed
 from partitioning.state.describe import children, describe_namespace, layout, list_indexes
 from partitioning.state.namespace_state import NamespaceState
 from partitioning.state.partition_tables import PartitionTable, open_partition_table
@@ -114,6 +114,11 @@ class NamespaceView:
     def committed_write_ids(self) -> set[str]:
         """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
         return committed_write_ids(self._state)
+
+    def write_id_committed(self, write_id: str) -> bool:
+        """Whether a commit with ``write_id`` was made (a micro-batch's ``<query>-<batch>``: that
+        batch or a later one of the query; :mod:`partitioning.state.commit_rows`)."""
+        return write_id_committed(self._state, write_id)
 
     # -- describing and planning ----------------------------------------------------------------
     def describe_namespace(self, id_list: Sequence[str]) -> dict[str, str]:

@@ -121,6 +121,28 @@ final class Bridge {
     }
   }
 
+  /** These options without the bridge's own keys ({@code lp.*}): the plain Python source's. */
+  static Map<String, String> plain(Map<String, String> options) {
+    Map<String, String> out = new HashMap<>(options);
+    out.keySet().removeIf(k -> k.toLowerCase(java.util.Locale.ROOT).startsWith("lp."));
+    return out;
+  }
+
+  /** A stream out of the namespace these options name: the Python source's stream reader
+   * (Spark plans a stream's scan as a batch's, so every scan this layer builds can stream). */
+  static org.apache.spark.sql.connector.read.streaming.MicroBatchStream stream(
+      Map<String, String> options, String checkpointLocation) {
+    Map<String, String> plain = plain(options);
+    PythonDataSourceV2 python = source();
+    CaseInsensitiveStringMap o = new CaseInsensitiveStringMap(plain);
+    org.apache.spark.sql.connector.catalog.Table t =
+        python.getTable(python.inferSchema(o), new org.apache.spark.sql.connector.expressions.Transform[0], plain);
+    return ((org.apache.spark.sql.connector.catalog.SupportsRead) t)
+        .newScanBuilder(o)
+        .build()
+        .toMicroBatchStream(checkpointLocation);
+  }
+
   /** The storage options ({@code storage.<key>}) among these options. */
   static Map<String, String> storageOptions(Map<String, String> options) {
     Map<String, String> out = new HashMap<>();

@@ -34,8 +34,10 @@ final class InlineScan implements Scan, Batch {
   private final StructType schema;
   private final byte[] rows;
   private final String description;
+  private final java.util.Map<String, String> options;
 
-  InlineScan(StructType schema, String base64, String description) {
+  InlineScan(StructType schema, String base64, String description, java.util.Map<String, String> options) {
+    this.options = options;
     this.schema = schema;
     this.rows = Base64.getDecoder().decode(base64);
     this.description = description;
@@ -67,6 +69,11 @@ final class InlineScan implements Scan, Batch {
   }
 
   /** The Arrow IPC stream of one scan's rows. */
+  @Override
+  public org.apache.spark.sql.connector.read.streaming.MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    return Bridge.stream(options, checkpointLocation);
+  }
+
   private static final class Rows implements InputPartition {
     private static final long serialVersionUID = 1L;
     final byte[] stream;

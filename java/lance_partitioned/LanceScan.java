@@ -15,8 +15,10 @@ final class LanceScan implements Scan {
   private final String summary;
   private final String pushed;
   private final String pruning;
+  private final java.util.Map<String, String> options;
 
-  LanceScan(Scan inner, String root, String summary, String pushed, String pruning) {
+  LanceScan(Scan inner, String root, String summary, String pushed, String pruning, java.util.Map<String, String> options) {
+    this.options = options;
     this.inner = inner;
     this.root = root;
     this.summary = summary;
@@ -50,6 +52,11 @@ final class LanceScan implements Scan {
   @Override
   public Batch toBatch() {
     return inner.toBatch();
+  }
+
+  @Override
+  public org.apache.spark.sql.connector.read.streaming.MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    return Bridge.stream(options, checkpointLocation);
   }
 
   @Override

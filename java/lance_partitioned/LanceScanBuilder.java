@@ -122,12 +122,12 @@ final class LanceScanBuilder
       operation.scanned(plan.get("read"), d.version, exact, residual);
     }
     if (plan.has("rows")) {
-      return new InlineScan(read, plan.get("rows").asText(), LanceScan.describe(table.root, pushed, pruning, read, summary + " (rows read while planning)"));
+      return new InlineScan(read, plan.get("rows").asText(), LanceScan.describe(table.root, pushed, pruning, read, summary + " (rows read while planning)"), options);
     }
     opts.remove("lp.inline");
     Table python = ds.getTable(read, new Transform[0], opts);
     Scan inner = ((SupportsRead) python).newScanBuilder(new CaseInsensitiveStringMap(opts)).build();
-    return new LanceScan(inner, table.root, summary, pushed, pruning);
+    return new LanceScan(inner, table.root, summary, pushed, pruning, options);
   }
 
   /** The columns to read: those required (one cheap column when none is), then the row-address ones. */

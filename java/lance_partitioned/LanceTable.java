@@ -118,6 +118,8 @@ final class LanceTable
         EnumSet.of(
             TableCapability.BATCH_READ,
             TableCapability.BATCH_WRITE,
+            TableCapability.MICRO_BATCH_READ,
+            TableCapability.STREAMING_WRITE,
             TableCapability.TRUNCATE,
             TableCapability.OVERWRITE_BY_FILTER,
             TableCapability.OVERWRITE_DYNAMIC);

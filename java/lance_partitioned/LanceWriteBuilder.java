@@ -17,6 +17,7 @@ import org.apache.spark.sql.connector.write.SupportsTruncate;
 import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
 import org.apache.spark.sql.types.StructType;
 
 /**
@@ -89,6 +90,17 @@ final class LanceWriteBuilder implements SupportsTruncate, SupportsOverwriteV2, 
       @Override
       public BatchWrite toBatch() {
         return new Deferred(queryId, schema, opts, overwrite);
+      }
+
+      @Override
+      public StreamingWrite toStreaming() {
+        Map<String, String> plain = Bridge.plain(opts);
+        Table python = Bridge.source().getTable(schema, new Transform[0], plain);
+        WriteBuilder builder = ((SupportsWrite) python).newWriteBuilder(new WriteInfo(queryId, schema, plain));
+        if (overwrite) {
+          builder = ((SupportsTruncate) builder).truncate(); // refused by the Python stream writer, in one line
+        }
+        return builder.build().toStreaming();
       }
     };
   }

@@ -4,14 +4,19 @@
 table and namespace rows, decoding only the manifest rows they touch, and refuses a partition
 created concurrently, a location another row holds, or a lowered ``read_version``.
 :func:`lock_rows` builds the ``v<N>`` rows every commit rewrites, which remember the write ids of
-recent commits (:func:`committed_write_ids`) and live intents. :mod:`partitioning.state.commits`
-makes the commits themselves.
+recent commits (:func:`committed_write_ids`, :func:`write_id_committed`) and live intents.
+A write id of the form ``<query id>-<batch id>`` (a Structured Streaming micro-batch: the
+query's UUID, then the batch number) is kept as that query's last committed batch instead,
+so a stream never crowds other writers' ids out of the history: batch ids of one query only
+grow, so a batch at or below the last one is a replay (Delta's ``txn`` rows work the same
+way). :mod:`partitioning.state.commits` makes the commits themselves.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,27 +31,62 @@ from partitioning.storage.staged import APPLIED_KEY
 
 __all__ = [
     "MAX_PARTITION_VALUE_BYTES",
+    "STREAMS_PROPERTY",
+    "STREAM_HISTORY",
     "WRITE_IDS_PROPERTY",
     "WRITE_ID_HISTORY",
     "check_partition_value_sizes",
     "commit_rows",
     "committed_write_ids",
     "lock_rows",
+    "stream_batch",
+    "stream_watermarks",
+    "write_id_committed",
 ]
 
 
 MAX_PARTITION_VALUE_BYTES = 1024
 WRITE_IDS_PROPERTY = "lance_partitioned.write_ids"
 WRITE_ID_HISTORY = 100
+STREAMS_PROPERTY = "lance_partitioned.streams"
+STREAM_HISTORY = 1000  # streaming queries remembered per spec version (the least recent go first)
+_STREAM_WRITE_ID = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-(\d{1,18})$")
+
+
+def stream_batch(write_id: str | None) -> tuple[str, int] | None:
+    """``(query id, batch id)`` of a micro-batch's write id ``<query UUID>-<batch>``, else None."""
+    match = _STREAM_WRITE_ID.match(write_id.lower()) if write_id else None
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 def committed_write_ids(state: NamespaceState) -> set[str]:
-    """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version)."""
+    """Write ids of recent commits (the last :data:`WRITE_ID_HISTORY` per spec version), and
+    each remembered streaming query's last committed batch as ``<query>-<batch>``."""
     ids: set[str] = set()
     locks = state.rows_for(f"v{spec_id}" for spec_id in state.specs)
     for spec_id in state.specs:
         ids.update(_write_ids(locks.get(f"v{spec_id}")))
+    ids.update(f"{query}-{batch}" for query, batch in stream_watermarks(state).items())
     return ids
+
+
+def stream_watermarks(state: NamespaceState) -> dict[str, int]:
+    """The last committed batch of each remembered streaming query."""
+    out: dict[str, int] = {}
+    locks = state.rows_for(f"v{spec_id}" for spec_id in state.specs)
+    for spec_id in state.specs:
+        for query, (batch, _) in _streams(locks.get(f"v{spec_id}")).items():
+            out[query] = max(batch, out.get(query, batch))
+    return out
+
+
+def write_id_committed(state: NamespaceState, write_id: str) -> bool:
+    """Whether a commit with ``write_id`` was made (a micro-batch: this batch or a later one of its query)."""
+    stream = stream_batch(write_id)
+    if stream is None:
+        return write_id in committed_write_ids(state)
+    last = stream_watermarks(state).get(stream[0])
+    return last is not None and stream[1] <= last
 
 
 def lock_rows(
@@ -71,7 +111,10 @@ def lock_rows(
         props = json.loads(row.get("metadata") or "{}")
         if INTENT_KEY in props or add_intent is not None:
             props = with_intents(props, add=add_intent, remove=clear_intent, now=now)
-        if write_id is not None:
+        stream = stream_batch(write_id)
+        if stream is not None:
+            props[STREAMS_PROPERTY] = json.dumps(_with_batch(_streams(row), *stream, now), separators=(",", ":"))
+        elif write_id is not None:
             recent = [w for w in _write_ids(row) if w != write_id][-(WRITE_ID_HISTORY - 1) :]
             props[WRITE_IDS_PROPERTY] = json.dumps([*recent, write_id])
         if applied is not None:
@@ -192,3 +235,24 @@ def _write_ids(row: Mapping[str, Any] | None) -> list[str]:
         return []
     props = json.loads(row["metadata"])
     return list(json.loads(props.get(WRITE_IDS_PROPERTY, "[]")))
+
+
+def _streams(row: Mapping[str, Any] | None) -> dict[str, tuple[int, str]]:
+    """A lock row's streaming queries: query id -> (last committed batch, when, ISO UTC)."""
+    if not row or not row.get("metadata"):
+        return {}
+    raw = json.loads(row["metadata"]).get(STREAMS_PROPERTY)
+    try:
+        value = json.loads(raw) if raw else {}
+        return {str(q): (int(b), str(t)) for q, (b, t) in value.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InvalidInput(f"__manifest lock row {row.get('object_id')!r}: unreadable {STREAMS_PROPERTY}") from exc
+
+
+def _with_batch(streams: dict[str, tuple[int, str]], query: str, batch: int, now: dt.datetime) -> dict[str, list[Any]]:
+    """``streams`` with ``query`` at ``batch`` (never lowered), the :data:`STREAM_HISTORY` most recent kept."""
+    kept = dict(streams)
+    last = kept.pop(query, None)
+    kept[query] = (max(batch, last[0]) if last else batch, now.isoformat(timespec="seconds"))
+    recent = sorted(kept.items(), key=lambda item: item[1][1])[-STREAM_HISTORY:]
+    return {q: [b, t] for q, (b, t) in recent}

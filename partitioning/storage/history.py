@@ -44,6 +44,7 @@ __all__ = [
     "PARAMETERS_KEY",
     "Operation",
     "history_table",
+    "operation_of",
     "parse_instant",
     "version_at",
 ]
@@ -155,7 +156,7 @@ def history_table(root: str, *, limit: int | None = None, storage_options: Mappi
     with translate_lance_errors(f"list versions of {store.uri}"):
         versions = sorted(((int(v["version"]), _aware(v["timestamp"])) for v in latest.versions()), reverse=True)
     versions = versions[:limit] if limit is not None else versions
-    operations = [_operation_of(latest, version) for version, _ in versions]  # one dataset is not thread-safe
+    operations = [operation_of(latest, version) for version, _ in versions]  # one dataset is not thread-safe
     rows: dict[str, list[Any]] = {name: [] for name in HISTORY_SCHEMA.names}
     for (version, at), (name, params, metrics) in zip(versions, operations, strict=True):
         rows["version"].append(version)
@@ -166,7 +167,8 @@ def history_table(root: str, *, limit: int | None = None, storage_options: Mappi
     return pa.Table.from_pydict(rows, schema=HISTORY_SCHEMA)
 
 
-def _operation_of(ds: lance.LanceDataset, version: int) -> tuple[str, Mapping[str, str], Mapping[str, int | float]]:
+def operation_of(ds: lance.LanceDataset, version: int) -> tuple[str, Mapping[str, str], Mapping[str, int | float]]:
+    """The operation, parameters and metrics ``__manifest`` version ``version`` recorded (``ds``: the manifest)."""
     try:
         with translate_lance_errors(f"read the transaction of {ds.uri} version {version}"):
             txn = ds.read_transaction(version)

@@ -3,7 +3,8 @@
 Split so Spark can run the rewrites on executors: :func:`plan_compaction` (driver) ->
 :func:`rewrite` (one task each, anywhere) -> :func:`commit_compaction` (driver), which makes
 ONE ``__manifest`` commit. :func:`compact_local` runs all three in-process
-(:func:`rewrite_all`: the bins on threads). Tasks carry the namespace's storage options
+(:func:`rewrite_all`: the bins on threads); :func:`auto_compact` is its small form after a
+stream's micro-batch. Tasks carry the namespace's storage options
 (:class:`CompactionTask`), so executors reach the store.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -31,8 +33,10 @@ from partitioning.tables.maintenance import COMMIT_ATTEMPTS, MaintenanceReport, 
 __all__ = [
     "CompactionResult",
     "CompactionTask",
+    "auto_compact",
     "commit_compaction",
     "compact_local",
+    "due_for_compaction",
     "plan_compaction",
     "rewrite",
     "rewrite_all",
@@ -71,6 +75,7 @@ def plan_compaction(
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     time_zone: str = "UTC",
     dialect: Dialect | None = None,
+    only: Collection[str] | None = None,
 ) -> list[CompactionTask]:
     """Bins of small fragments (or fragments with deleted rows) to rewrite, per selected table.
 
@@ -79,7 +84,8 @@ def plan_compaction(
     A bin holds consecutive small fragments up to ``target_rows_per_fragment`` rows, all
     covered by the same index segments (as Lance's own planner does: a new fragment is
     wholly indexed or not, so indexed rows are never mixed with unindexed ones); a bin of
-    one fragment is rewritten only if it has deletions to drop.
+    one fragment is rewritten only if it has deletions to drop. ``only``: these partition
+    tables (object ids) among the selected ones; no other table is opened.
     """
     if target_rows_per_fragment < 1:
         raise InvalidInput(f"target_rows_per_fragment must be at least 1, got {target_rows_per_fragment}")
@@ -87,6 +93,8 @@ def plan_compaction(
     tasks = []
     for task in ns.plan_scan(filter, time_zone=time_zone, dialect=dialect):
         if task.read_branch is not None or task.read_tag is not None or task.read_version is None:
+            continue
+        if only is not None and task.object_id not in only:
             continue
         ds = open_recorded(task.uri, task.read_version, ns.storage_options)
         coverage = _index_coverage(ds, task.object_id)
@@ -221,13 +229,48 @@ def compact_local(
     *,
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     time_zone: str = "UTC",
+    only: Collection[str] | None = None,
 ) -> MaintenanceReport:
     """:func:`plan_compaction`, :func:`rewrite_all` (one thread per core) and
     :func:`commit_compaction` in this process, on the protected path (:mod:`partitioning.storage.guard`):
-    the lease is taken before the plan reads the tables, so vacuum keeps them and the new fragments."""
+    the lease is taken before the plan reads the tables, so vacuum keeps them and the new
+    fragments. ``only``: just these partition tables (object ids; see :func:`plan_compaction`)."""
     with guarded(ns.root, ns.storage_options) as guard:
         ns.refresh(guard=guard)
-        tasks = plan_compaction(ns, filter, target_rows_per_fragment=target_rows_per_fragment, time_zone=time_zone)
+        tasks = plan_compaction(
+            ns, filter, target_rows_per_fragment=target_rows_per_fragment, time_zone=time_zone, only=only
+        )
         if not tasks:
             return MaintenanceReport("compact", ns.root, ns.manifest_version)
         return commit_compaction(ns, rewrite_all(tasks), guard=guard)
+
+
+def due_for_compaction(ns: PartitionedNamespace, object_ids: Iterable[str], every: int) -> list[str]:
+    """Which of ``object_ids`` (tables a small append just touched) to compact now: those whose
+    recorded dataset version reaches a multiple of ``every``, offset per table (crc32 of its
+    id) so that a stream touching many tables compacts a few of them per commit, not all at
+    once. A table appended to once per commit is thus looked at every ``every`` appends."""
+    if every < 1:
+        return []
+    due = []
+    for oid, table in ns.tables_by_id(object_ids).items():
+        if table.read_version is not None and (table.read_version + zlib.crc32(oid.encode())) % every == 0:
+            due.append(oid)
+    return sorted(due)
+
+
+def auto_compact(
+    ns: PartitionedNamespace,
+    object_ids: Iterable[str],
+    *,
+    every: int,
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+) -> MaintenanceReport | None:
+    """Compact the tables :func:`due_for_compaction` picks (after a stream's micro-batch), on
+    the protected path of :func:`compact_local`; None when none is due. A compaction that
+    loses its races to other writers raises :class:`ConcurrentModification`, for the caller
+    to log: the append it follows is committed either way."""
+    due = due_for_compaction(ns, object_ids, every)
+    if not due:
+        return None
+    return compact_local(ns, target_rows_per_fragment=target_rows_per_fragment, only=set(due))

@@ -86,7 +86,7 @@ class CommitResult:
 
 def already_committed(ns: PartitionedNamespace, mode: str, write_id: str | None) -> CommitResult | None:
     """A skipped result when ``write_id`` was committed before (``ns`` must be fresh)."""
-    if write_id is None or write_id not in ns.committed_write_ids():
+    if write_id is None or not ns.write_id_committed(write_id):
         return None
     return CommitResult(
         ns.root, mode, ns.manifest_version, write_id=write_id, skipped=f"write_id {write_id!r} was already committed"

@@ -49,7 +49,13 @@ from typing import Any, ClassVar
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import datasource as ds
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, NamespaceNotFound, PartitioningError, SpecError
@@ -62,6 +68,8 @@ from pipelines.session import is_connect
 from pipelines.session_calls import register_bound
 from pipelines.shared_roots import check_source_root, is_relative_path
 from pipelines.source.reader import LancePartitionedReader, PerScanPushdownReader
+from pipelines.source.stream_reader import STREAM_READ_OPTIONS, LancePartitionedStreamReader
+from pipelines.source.stream_writer import LancePartitionedStreamWriter
 from pipelines.source.writer import LancePartitionedWriter, root_in_schema, with_root
 from pipelines.spark_errors import hide_worker_traceback
 
@@ -201,7 +209,7 @@ class LancePartitionedDataSource(DataSource):
 
     def schema(self) -> StructType:
         with one_line_errors():
-            check_options(self.options, READ_OPTIONS, "read")
+            check_options(self.options, tuple(dict.fromkeys(READ_OPTIONS + STREAM_READ_OPTIONS)), "read")
             ns = self._namespace()
             self.pinned_version = ns.manifest_version  # pickled with this object: every scan reads it
             options = lowered_options(self.options)
@@ -233,6 +241,24 @@ class LancePartitionedDataSource(DataSource):
             if path:
                 check_source_root(path, self.session_master, self.session_connect)
             return new_writer(dict(self.options), schema, overwrite, self.session_connect)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        with one_line_errors():
+            check_options(self.options, STREAM_READ_OPTIONS, "streaming read")
+            options = lowered_options(self.options)
+            root = options.get("path") or root_in_schema(schema)
+            if not root:
+                raise SpecError("readStream...load(path) is required: the namespace root")
+            check_source_root(root, self.session_master, self.session_connect)
+            ns = PartitionedNamespace.load(root, storage_options_from(options))
+            return LancePartitionedStreamReader(ns, schema, options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        with one_line_errors():
+            path = lowered_options(self.options).get("path")
+            if path:
+                check_source_root(path, self.session_master, self.session_connect)
+            return LancePartitionedStreamWriter(dict(self.options), schema, overwrite)
 
 
 def new_writer(

@@ -68,12 +68,15 @@ from pipelines.columns.schema import merge_spark_schema, namespace_schema_from_s
 from pipelines.spark_errors import hide_worker_traceback
 
 __all__ = [
+    "DEFAULT_MAX_OPEN_WRITERS",
     "OVERWRITE_MODES",
     "ROOT_METADATA_KEY",
     "SESSION_OVERWRITE_MODE",
     "WRITE_OPTIONS",
     "LancePartitionedWriter",
     "fragment_messages",
+    "positive_int",
+    "reported_errors",
     "root_in_schema",
     "with_root",
     "writer_options",
@@ -144,7 +147,8 @@ def _true(options: Mapping[str, str], name: str) -> bool:
     return value == "true"
 
 
-def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+def positive_int(options: Mapping[str, str], name: str) -> int | None:
+    """Option ``name`` as a positive integer, None when not given; anything else is one line."""
     if name not in options:
         return None
     try:
@@ -232,11 +236,11 @@ class LancePartitionedWriter(DataSourceArrowWriter):
                 else:
                     dynamic = overwrite_mode(explicit, "option partitionOverwriteMode") == "dynamic"
                     self.mode = "overwrite_partitions" if dynamic else "overwrite"
-            self.max_rows_per_file = _positive_int(opts, "max_rows_per_file") or DEFAULT_MAX_ROWS_PER_FILE
-            max_bytes = _positive_int(opts, "max_bytes_per_file")
-            max_open = _positive_int(opts, "max_open_writers") or DEFAULT_MAX_OPEN_WRITERS
+            self.max_rows_per_file = positive_int(opts, "max_rows_per_file") or DEFAULT_MAX_ROWS_PER_FILE
+            max_bytes = positive_int(opts, "max_bytes_per_file")
+            max_open = positive_int(opts, "max_open_writers") or DEFAULT_MAX_OPEN_WRITERS
             existed = ManifestStore(root, self.storage_options).exists()
-            ns = self._namespace(root, opts, schema, self.storage_options)
+            ns = self.namespace_for(root, opts, schema, self.storage_options)
             # a namespace this write creates goes again when the write fails (see abort)
             self.created = None if existed else ns.manifest_version
             self.root = ns.root  # absolute: the tasks write and the commit reads exactly here
@@ -253,9 +257,11 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             )
 
     @staticmethod
-    def _namespace(
+    def namespace_for(
         root: str, opts: Mapping[str, str], schema: StructType, storage_options: Mapping[str, str] | None
     ) -> PartitionedNamespace:
+        """The namespace at ``root``: checked against ``partition_by`` and merged with ``schema``
+        under ``mergeSchema``, or created with ``partition_by`` (the stream writer's too)."""
         store = ManifestStore(root, storage_options)
         root = store.root
         if store.exists():
