@@ -8,7 +8,8 @@ Everything that imports PySpark lives here, on top of :mod:`partitioning`. The f
   ``read_options`` (what a read hands the data source); ``sample`` makes demo data.
 - :mod:`pipelines.columns`: transforms as Spark Columns, Spark schemas.
 - :mod:`pipelines.search`: vector search and index builds.
-- :mod:`pipelines.source`: the ``lance_partitioned`` data source (reader and writer).
+- :mod:`pipelines.source`: the ``lance_partitioned`` data source (reader and writer, and
+  their Structured Streaming sides).
 - :mod:`pipelines.read`: ``read_partitioned``, small local reads, the shuffle-free join.
 - :mod:`pipelines.write`: ``write_partitioned``, merges, updates, small changes.
 - :mod:`pipelines.maintenance`: compaction, vacuum, deletes, history, metadata tables.
@@ -31,6 +32,7 @@ from pipelines.search.indexes import create_scalar_index, create_vector_index, o
 from pipelines.search.queries import knn_join, search_partitioned
 from pipelines.session import build_session
 from pipelines.source.datasource import LancePartitionedDataSource, register_data_source
+from pipelines.source.stream_writer import batch_write_id
 from pipelines.write.dataframe import write_partitioned
 from pipelines.write.merge import merge_partitioned
 from pipelines.write.rewrite import update_rows
@@ -40,6 +42,7 @@ __all__ = [
     "CommitResult",
     "LancePartitionedDataSource",
     "backfill_columns",
+    "batch_write_id",
     "build_session",
     "compact",
     "create_scalar_index",

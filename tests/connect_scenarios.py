@@ -389,6 +389,54 @@ def backfills(spark: Any) -> None:
     check("nothing committed", PartitionedNamespace.load(root).manifest_version, version)
 
 
+def streams(spark: Any) -> None:
+    """Structured Streaming through Spark Connect: a file stream into a namespace (one commit a
+    batch, write ids from the checkpoint's query id), that namespace read as a stream into
+    another, and foreachBatch with batch_write_id; rows read back with pylance."""
+    source, root, copy = (os.path.abspath(p) for p in ("rel/stream-in", "rel/st", "rel/st-copy"))
+    os.makedirs(source)
+    for i in range(3):
+        part = rows(range(i * 10, i * 10 + 10))
+        pq.write_table(
+            pa.table({k: [r[j] for r in part] for j, k in enumerate(("id", "country", "amount"))}),
+            f"{source}/part-{i}.parquet",
+        )
+    query = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(source)
+        .writeStream.format("lance_partitioned")
+        .option("checkpointLocation", os.path.abspath("rel/ck1"))
+        .option("partition_by", "country")
+        .trigger(availableNow=True)
+        .start(root)
+    )
+    query.awaitTermination()
+    check("a file stream through Connect", stored(root), sorted(rows(range(30))))
+    with open("rel/ck1/metadata") as f:
+        query_id = json.load(f)["id"]
+    history = PartitionedNamespace.load(root).history().to_pylist()
+    ids = sorted(dict(r["parameters"]).get("write_id") for r in history if r["operation"] == "WRITE")
+    check("one commit a batch, keyed by query and batch", ids, [f"{query_id}-{b}" for b in range(3)])
+    spark.readStream.format("lance_partitioned").load(root).writeStream.format("lance_partitioned").option(
+        "checkpointLocation", os.path.abspath("rel/ck2")
+    ).option("partition_by", "country").trigger(availableNow=True).start(copy).awaitTermination()
+    check("a namespace read as a stream through Connect", stored(copy), stored(root))
+
+    target, checkpoint = os.path.abspath("rel/st-fb"), os.path.abspath("rel/ck3")
+
+    def each(batch_df: Any, batch_id: int) -> None:
+        from pipelines import batch_write_id, write_partitioned
+
+        write_id = batch_write_id(batch_df, batch_id, checkpoint_location=checkpoint)
+        write_partitioned(batch_df, target, partition_by=["country"], write_id=write_id)
+
+    spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).parquet(source).writeStream.foreachBatch(
+        each
+    ).option("checkpointLocation", checkpoint).trigger(availableNow=True).start().awaitTermination()
+    check("foreachBatch with batch_write_id through Connect", stored(target), sorted(rows(range(30))))
+
+
 def jobs(spark: Any) -> None:
     events = pa.table(
         {
@@ -484,6 +532,7 @@ def main(workdir: str) -> None:
         maintenance,
         merges_and_updates,
         backfills,
+        streams,
         jobs,
         reused_dataframes,
     ):

@@ -143,6 +143,20 @@ final class Bridge {
         .toMicroBatchStream(checkpointLocation);
   }
 
+  /** Read options only a stream takes (pipelines/source/stream_reader.py). */
+  static final java.util.Set<String> STREAM_ONLY = java.util.Set.of("startingversion", "on_change");
+
+  /** A batch read given a stream's option: refused in one line, as the Python source refuses it. */
+  static void refuseStreamOptions(Map<String, String> options) {
+    for (String key : options.keySet()) {
+      if (STREAM_ONLY.contains(key.toLowerCase(java.util.Locale.ROOT))) {
+        throw new IllegalArgumentException(
+            "lance_partitioned: option " + key + " is for spark.readStream only; a batch read takes versionAsOf "
+                + "or timestampAsOf");
+      }
+    }
+  }
+
   /** The storage options ({@code storage.<key>}) among these options. */
   static Map<String, String> storageOptions(Map<String, String> options) {
     Map<String, String> out = new HashMap<>();

@@ -55,6 +55,7 @@ final class InlineScan implements Scan, Batch {
 
   @Override
   public Batch toBatch() {
+    Bridge.refuseStreamOptions(options);
     return this;
   }
 

@@ -51,6 +51,7 @@ final class LanceScan implements Scan {
 
   @Override
   public Batch toBatch() {
+    Bridge.refuseStreamOptions(options);
     return inner.toBatch();
   }
 

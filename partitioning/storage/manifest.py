@@ -24,7 +24,7 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
-from partitioning.storage.paths import join_uri
+from partitioning.storage.paths import join_uri, unborn_manifest
 from partitioning.storage.roots import (
     filesystem_of,
     normalize_storage_options,
@@ -119,7 +119,7 @@ class ManifestStore:
 
     def _latest(self) -> lance.LanceDataset:
         try:
-            return lance.dataset(self.uri, storage_options=self.storage_options)
+            ds = lance.dataset(self.uri, storage_options=self.storage_options)
         except ValueError as exc:
             refused = storage_error(exc, self.storage_options)
             if refused is not None:
@@ -138,6 +138,12 @@ class ManifestStore:
                 f"{self.root}: __manifest {which} cannot be read ({first_line(exc)}); read an older version with "
                 f"PartitionedNamespace.load(root, {older}) or the reader option versionAsOf, and restore from it"
             ) from exc
+        if ds.version == 1 and not ds.metadata:
+            raise NamespaceNotFound(
+                f"no namespace at {self.root}: its creation has not finished (a writer is creating it, or "
+                "died doing so; the next write that creates it starts over)"
+            )
+        return ds
 
     def _newest_version(self) -> int | None:
         """The highest version under ``__manifest/_versions`` (lance's V2 file names hold u64::MAX - version)."""
@@ -160,6 +166,9 @@ class ManifestStore:
         commits carry the Lance transaction ``properties`` (what history shows)."""
         props = dict(properties or {})
         with storage_errors(self.storage_options), translate_lance_errors(f"create {self.uri}"):
+            if unborn_manifest(self.uri, self.storage_options):  # a creator died between its two commits
+                fs, path = filesystem_of(self.uri, self.storage_options)
+                fs.delete_dir(path)
             try:
                 ds = lance.write_dataset(
                     rows,

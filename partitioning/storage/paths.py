@@ -33,6 +33,7 @@ __all__ = [
     "join_uri",
     "location_problem",
     "table_uri",
+    "unborn_manifest",
 ]
 
 
@@ -188,6 +189,8 @@ def _failed_write_leftover(root: str, name: str, storage_options: Mapping[str, s
     only (a task Spark was still stopping wrote them). Vacuum of the new namespace removes them."""
     if name == "_writes":
         return True
+    if name == "__manifest":
+        return unborn_manifest(f"{root.rstrip('/')}/{name}", storage_options)
     if not TABLE_DIR_RE.match(name):
         return False
     inside = _entries(f"{root.rstrip('/')}/{name}", storage_options)
@@ -215,6 +218,17 @@ def _entries(root: str, storage_options: Mapping[str, str] | None = None) -> lis
         return [i.base_name for i in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))]
     except (OSError, ValueError, pa.ArrowException):
         return None
+
+
+def unborn_manifest(uri: str, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether the ``__manifest`` at ``uri`` is a creation that never finished: its first
+    version (the rows) without the second (spec and schema), because the creating process
+    died between the two commits or is between them now."""
+    try:
+        ds = lance.dataset(uri, storage_options=dict(storage_options) if storage_options else None)
+    except (OSError, ValueError, RuntimeError):
+        return False
+    return ds.version == 1 and not ds.metadata
 
 
 def _is_dataset(root: str, storage_options: Mapping[str, str] | None) -> bool:

@@ -108,8 +108,11 @@ class BridgeSource(LancePartitionedDataSource):
 
     def _plan_scan(self) -> dict[str, Any]:
         from pipelines.source.datasource import READ_OPTIONS, check_options
+        from pipelines.source.stream_reader import STREAM_READ_OPTIONS
 
-        check_options({k: v for k, v in self.options.items() if not k.lower().startswith("lp.")}, READ_OPTIONS, "read")
+        # Spark plans a stream's scan as a batch's; the JVM scan refuses stream options in a batch read
+        allowed = tuple(dict.fromkeys(READ_OPTIONS + STREAM_READ_OPTIONS))
+        check_options({k: v for k, v in self.options.items() if not k.lower().startswith("lp.")}, allowed, "read")
         ns = self._namespace_at_pin()
         self.pinned_version = ns.manifest_version
         arrow = ns.namespace_schema.arrow

@@ -68,7 +68,7 @@ from pipelines.session import is_connect
 from pipelines.session_calls import register_bound
 from pipelines.shared_roots import check_source_root, is_relative_path
 from pipelines.source.reader import LancePartitionedReader, PerScanPushdownReader
-from pipelines.source.stream_reader import STREAM_READ_OPTIONS, LancePartitionedStreamReader
+from pipelines.source.stream_reader import STREAM_READ_OPTIONS, LancePartitionedStreamReader, RefusedStreamReader
 from pipelines.source.stream_writer import LancePartitionedStreamWriter
 from pipelines.source.writer import LancePartitionedWriter, root_in_schema, with_root
 from pipelines.spark_errors import hide_worker_traceback
@@ -243,7 +243,7 @@ class LancePartitionedDataSource(DataSource):
             return new_writer(dict(self.options), schema, overwrite, self.session_connect)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        with one_line_errors():
+        try:
             check_options(self.options, STREAM_READ_OPTIONS, "streaming read")
             options = lowered_options(self.options)
             root = options.get("path") or root_in_schema(schema)
@@ -252,6 +252,8 @@ class LancePartitionedDataSource(DataSource):
             check_source_root(root, self.session_master, self.session_connect)
             ns = PartitionedNamespace.load(root, storage_options_from(options))
             return LancePartitionedStreamReader(ns, schema, options)
+        except PartitioningError as exc:
+            return RefusedStreamReader(exc)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         with one_line_errors():

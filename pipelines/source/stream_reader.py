@@ -35,8 +35,9 @@ from partitioning.sql.filters import TrueFilter
 from partitioning.storage.manifest import ManifestStore
 from pipelines.source.slices import read_slice
 from pipelines.source.writer import reported_errors
+from pipelines.spark_errors import hide_worker_traceback
 
-__all__ = ["ON_CHANGE", "STREAM_READ_OPTIONS", "LancePartitionedStreamReader"]
+__all__ = ["ON_CHANGE", "STREAM_READ_OPTIONS", "LancePartitionedStreamReader", "RefusedStreamReader"]
 
 log = logging.getLogger("lance_partitioned")
 STREAM_READ_OPTIONS = ("path", "startingVersion", "on_change")
@@ -112,3 +113,33 @@ class LancePartitionedStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to release: offsets are ``__manifest`` versions, read in place."""
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """A stream that could not be set up: every call raises its error. PySpark 4.3's stream
+    source runner masks an error raised by ``streamReader()`` itself (its ``finally`` calls
+    ``stop()`` on a reader it never got: ``UnboundLocalError``), so the error waits here."""
+
+    def __init__(self, error: PartitioningError) -> None:
+        self.error_type = type(error)
+        self.message = str(error)
+
+    def _raise(self) -> None:
+        hide_worker_traceback()
+        raise self.error_type(self.message)
+
+    def initialOffset(self) -> dict:
+        self._raise()
+        return {}
+
+    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
+        self._raise()
+        return {}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        self._raise()
+        return []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._raise()
+        yield from ()

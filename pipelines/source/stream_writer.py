@@ -28,17 +28,22 @@ Spark builds this writer twice per batch, in fresh Python workers: once for the 
 state: each task that writes rows stores its own lease (vacuum keeps its files until the
 commit), and its commit message carries what the commit needs (the spec and schema the
 rows were written with, the naming seed, the lease).
+
+``foreachBatch`` users get the same guarantee from ``write_partitioned(batch_df, root,
+write_id=batch_write_id(batch_df, batch_id))`` (:func:`batch_write_id`).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
@@ -47,10 +52,11 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.storage.guard import Guard
 from partitioning.storage.leases import LeaseRef, release_lease, take_lease
-from partitioning.storage.roots import STORAGE_OPTION_PREFIX, storage_options_from
+from partitioning.storage.roots import STORAGE_OPTION_PREFIX, filesystem_of, storage_options_from
 from partitioning.tables.compaction import auto_compact
 from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE, FragmentWriter, add_partition_columns
 from partitioning.tables.write import commit_write, conform_table
+from pipelines.session import is_connect
 from pipelines.source.writer import (
     DEFAULT_MAX_OPEN_WRITERS,
     LancePartitionedWriter,
@@ -65,6 +71,7 @@ __all__ = [
     "QUERY_ID_PROPERTY",
     "STREAM_WRITE_OPTIONS",
     "LancePartitionedStreamWriter",
+    "batch_write_id",
     "stream_write_id",
 ]
 
@@ -87,6 +94,38 @@ DEFAULT_AUTO_COMPACT_AFTER = 16
 def stream_write_id(query_id: str, batch_id: int) -> str:
     """The write id of one micro-batch; ``foreachBatch`` users pass the same to ``write_partitioned``."""
     return f"{query_id}-{batch_id}"
+
+
+def batch_write_id(
+    batch_df: DataFrame,
+    batch_id: int,
+    *,
+    checkpoint_location: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> str:
+    """The write id of a ``foreachBatch`` batch, the one this sink uses: ``<query id>-<batch id>``.
+
+    The query id is the one Spark keeps in the checkpoint: read from ``<checkpoint_location>/metadata``
+    when given (as it must be on Spark Connect, whose ``foreachBatch`` function cannot see it
+    otherwise), else from the streaming thread's ``sql.streaming.queryId`` property."""
+    query = None
+    if checkpoint_location is not None:
+        fs, path = filesystem_of(f"{checkpoint_location.rstrip('/')}/metadata", storage_options)
+        try:
+            with fs.open_input_stream(path) as stream:
+                query = json.loads(stream.read().decode("utf-8")).get("id")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise InvalidInput(
+                f"no streaming query metadata at {checkpoint_location}/metadata: {type(exc).__name__}: {exc}"
+            ) from exc
+    elif not is_connect(batch_df.sparkSession):
+        query = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    if not query:
+        raise InvalidInput(
+            "batch_write_id: no streaming query id here; call it inside foreachBatch, and give "
+            "checkpoint_location= on Spark Connect"
+        )
+    return stream_write_id(str(query), batch_id)
 
 
 def stream_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -141,6 +180,10 @@ class LancePartitionedStreamWriter(DataSourceStreamArrowWriter):
                     "(for complete or update results, write each batch with foreachBatch and write_partitioned)"
                 )
             opts = stream_options(options)
+            self.auto_compact_after = _count(opts, "auto_compact_after", DEFAULT_AUTO_COMPACT_AFTER)
+            self.max_rows_per_file = positive_int(opts, "max_rows_per_file") or DEFAULT_MAX_ROWS_PER_FILE
+            max_bytes = positive_int(opts, "max_bytes_per_file")
+            max_open = positive_int(opts, "max_open_writers") or DEFAULT_MAX_OPEN_WRITERS
             self.storage_options = storage_options_from(options)
             ns = LancePartitionedWriter.namespace_for(root, opts, schema, self.storage_options)
             self.root = ns.root
@@ -148,13 +191,8 @@ class LancePartitionedStreamWriter(DataSourceStreamArrowWriter):
             self.spec_id = ns.current_spec.spec_id
             self.fields = ns.current_spec.fields
             self.schema = ns.namespace_schema
-            self.max_rows_per_file = positive_int(opts, "max_rows_per_file") or DEFAULT_MAX_ROWS_PER_FILE
-            self.auto_compact_after = _count(opts, "auto_compact_after", DEFAULT_AUTO_COMPACT_AFTER)
             self.fragment_writer = FragmentWriter.for_namespace(
-                ns,
-                max_rows_per_file=self.max_rows_per_file,
-                max_bytes_per_file=positive_int(opts, "max_bytes_per_file"),
-                max_open_writers=positive_int(opts, "max_open_writers") or DEFAULT_MAX_OPEN_WRITERS,
+                ns, max_rows_per_file=self.max_rows_per_file, max_bytes_per_file=max_bytes, max_open_writers=max_open
             )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BatchMessage:
