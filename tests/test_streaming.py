@@ -161,8 +161,8 @@ def test_trigger_once_writes_everything_in_one_commit(spark, tmp_path):
 
 
 def test_small_appends_are_compacted_as_the_stream_goes(spark, tmp_path):
-    expected = add_files(tmp_path / "in", 0, 18, rows=9)
-    for option, bound in (("6", 6), ("0", 18)):
+    expected = add_files(tmp_path / "in", 0, 12, rows=9)
+    for option, bound in (("4", 4), ("0", 12)):
         root, checkpoint = tmp_path / f"ns{option}", tmp_path / f"ck{option}"
         stream_files(spark, tmp_path / "in", root, checkpoint, auto_compact_after=option).awaitTermination()
         assert_same_rows(stored(root), expected)
@@ -172,7 +172,7 @@ def test_small_appends_are_compacted_as_the_stream_goes(spark, tmp_path):
         else:
             assert max(counts.values()) <= bound
             ops = [r["operation"] for r in PartitionedNamespace.load(str(root)).history().to_pylist()]
-            assert ops.count("COMPACT") >= 3
+            assert ops.count("COMPACT") >= 3  # each of the three partitions compacted at least once
 
 
 def test_merge_schema_adds_the_streams_new_columns(spark, tmp_path):
