@@ -13,7 +13,9 @@ read back equal the input's count and the sum of ``id``.
 **Open + plan after many micro-batches**: ``MICRO_BATCHES`` files of 200 rows streamed one
 file a batch (a real stream: each batch one commit, compaction as it goes), against the same
 files in ONE batch; then ``PartitionedNamespace.load`` + ``plan_scan`` with a partition
-filter, and a full read of every row with pylance, interleaved 15 times. Partitions:
+filter (later opens in a process, which find the latest version from the one seen before, and
+a process's first open, which lists every version as Lance does), and a full read of every
+row with pylance, interleaved 15 times. Partitions:
 ``BENCH_STREAM_PLAN_PARTITIONS`` (100 and 10).
 """
 
@@ -33,6 +35,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.conftest import interleaved_samples, spread
 from partitioning.namespace import PartitionedNamespace
+from partitioning.storage import latest
 from pipelines import register_data_source
 
 pytestmark = pytest.mark.bench
@@ -126,6 +129,10 @@ def test_open_and_plan_after_many_micro_batches(spark: SparkSession, tmp_path: P
         ns = PartitionedNamespace.load(str(root))
         return len(ns.plan_scan(where))
 
+    def first_open_plan(root: Path) -> int:
+        latest._SEEN.clear()  # as a process that never opened the namespace: Lance lists every version
+        return open_plan(root)
+
     def read_all(root: Path) -> int:
         ns = PartitionedNamespace.load(str(root))
         return sum(
@@ -136,6 +143,8 @@ def test_open_and_plan_after_many_micro_batches(spark: SparkSession, tmp_path: P
         {
             "plan small": lambda: open_plan(small),
             "plan big": lambda: open_plan(big),
+            "first plan small": lambda: first_open_plan(small),
+            "first plan big": lambda: first_open_plan(big),
             "read small": lambda: read_all(small),
             "read big": lambda: read_all(big),
         },
@@ -153,7 +162,9 @@ def test_open_and_plan_after_many_micro_batches(spark: SparkSession, tmp_path: P
         f"\n{MICRO_BATCHES} micro-batches ({took:.0f} s, __manifest v{versions}) vs one batch, "
         f"{partitions} partitions: "
         f"open + plan {timing['plan small'].show_ms()} vs {timing['plan big'].show_ms()} = "
-        f"{timing['plan small'].median / timing['plan big'].median:.2f}x; read every row "
+        f"{timing['plan small'].median / timing['plan big'].median:.2f}x; a process's first open + plan "
+        f"{timing['first plan small'].show_ms()} vs {timing['first plan big'].show_ms()} = "
+        f"{timing['first plan small'].median / timing['first plan big'].median:.2f}x; read every row "
         f"{timing['read small'].show_ms()} vs {timing['read big'].show_ms()} = "
         f"{timing['read small'].median / timing['read big'].median:.2f}x; most fragments in a partition "
         f"{fragments['small']} vs {fragments['big']}"

@@ -24,6 +24,7 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
+from partitioning.storage.latest import latest_known, remember
 from partitioning.storage.paths import join_uri, unborn_manifest
 from partitioning.storage.roots import (
     filesystem_of,
@@ -119,7 +120,8 @@ class ManifestStore:
 
     def _latest(self) -> lance.LanceDataset:
         try:
-            ds = lance.dataset(self.uri, storage_options=self.storage_options)
+            known = latest_known(self.uri, self.storage_options)  # no listing of every version
+            ds = lance.dataset(self.uri, version=known, storage_options=self.storage_options)
         except ValueError as exc:
             refused = storage_error(exc, self.storage_options)
             if refused is not None:
@@ -143,6 +145,7 @@ class ManifestStore:
                 f"no namespace at {self.root}: its creation has not finished (a writer is creating it, or "
                 "died doing so; the next write that creates it starts over)"
             )
+        remember(self.uri, ds.version)
         return ds
 
     def _newest_version(self) -> int | None:
