@@ -35,7 +35,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.conftest import interleaved_samples, spread
 from partitioning.namespace import PartitionedNamespace
-from partitioning.storage import latest
+from partitioning.storage import manifest as latest
 from pipelines import register_data_source
 
 pytestmark = pytest.mark.bench

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from partitioning.namespace import PartitionedNamespace
 from partitioning.service.arrow import write_arrow
-from partitioning.storage import latest
+from partitioning.storage import manifest as latest
 
 REPO = Path(__file__).resolve().parents[1]
 APPEND = (
