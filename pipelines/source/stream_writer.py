@@ -237,14 +237,13 @@ class LancePartitionedStreamWriter(DataSourceStreamArrowWriter):
         written = [m for m in ours if m.ipc]
         if not written:
             return
-        queries = {m.query_id for m in ours}
-        if len(queries) != 1 or None in queries:
+        queries = sorted({m.query_id or "" for m in ours})
+        if len(queries) != 1 or not queries[0]:
             raise PartitioningError(
-                f"the tasks of batch {batch_id} reported query ids {sorted(map(str, queries))}, not one: "
+                f"the tasks of batch {batch_id} reported query ids {queries}, not one: "
                 "this writer runs only in a Spark streaming query"
             )
-        query = queries.pop()
-        assert query is not None
+        query = queries[0]
         first = written[0]
         combined = pa.concat_tables(pa.ipc.open_stream(m.ipc).read_all() for m in written)
         ns = PartitionedNamespace.load(self.root, self.storage_options)
