@@ -25,7 +25,7 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
-from partitioning.storage.paths import join_uri, unborn_manifest
+from partitioning.storage.paths import contained, join_uri, unborn_manifest
 from partitioning.storage.roots import (
     filesystem_of,
     normalize_storage_options,
@@ -170,8 +170,8 @@ class ManifestStore:
         props = dict(properties or {})
         with storage_errors(self.storage_options), translate_lance_errors(f"create {self.uri}"):
             if unborn_manifest(self.uri, self.storage_options):  # a creator died between its two commits
-                fs, path = filesystem_of(self.uri, self.storage_options)
-                fs.delete_dir(path)
+                fs, path = filesystem_of(contained(self.root, self.uri), self.storage_options)
+                fs.delete_dir(path)  # inside-root
             try:
                 ds = lance.write_dataset(
                     rows,

@@ -52,7 +52,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.storage.guard import Guard
 from partitioning.storage.leases import LeaseRef, release_lease, take_lease
-from partitioning.storage.roots import STORAGE_OPTION_PREFIX, filesystem_of, storage_options_from
+from partitioning.storage.roots import filesystem_of, storage_options_from
 from partitioning.tables.compaction import auto_compact
 from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE, FragmentWriter, add_partition_columns
 from partitioning.tables.write import commit_write, conform_table
@@ -63,6 +63,7 @@ from pipelines.source.writer import (
     fragment_messages,
     positive_int,
     reported_errors,
+    writer_options,
 )
 
 __all__ = [
@@ -119,7 +120,7 @@ def batch_write_id(
                 f"no streaming query metadata at {checkpoint_location}/metadata: {type(exc).__name__}: {exc}"
             ) from exc
     elif not is_connect(batch_df.sparkSession):
-        query = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        query = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)  # classic-only
     if not query:
         raise InvalidInput(
             "batch_write_id: no streaming query id here; call it inside foreachBatch, and give "
@@ -129,22 +130,9 @@ def batch_write_id(
 
 
 def stream_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The stream's options under their canonical names (``storage.<key>`` left out); an
-    unknown one is an error listing them."""
-    canonical = {name.lower(): name for name in STREAM_WRITE_OPTIONS}
-    out = {}
-    for key, value in options.items():
-        if key.lower().startswith(STORAGE_OPTION_PREFIX):
-            continue
-        name = canonical.get(key.lower())
-        if name is None:
-            extra = " (a stream's write id is <query id>-<batch id>)" if key.lower() == "write_id" else ""
-            raise InvalidInput(
-                f"unknown lance_partitioned streaming write option {key!r}{extra}; allowed: "
-                f"{', '.join(STREAM_WRITE_OPTIONS[1:])}, {STORAGE_OPTION_PREFIX}<key> (a Lance storage option)"
-            )
-        out[name] = value
-    return out
+    """The stream's options under their canonical names (:func:`pipelines.source.writer.writer_options`)."""
+    hints = {"write_id": " (a stream's write id is <query id>-<batch id>)"}
+    return writer_options(options, STREAM_WRITE_OPTIONS, "streaming write", hints)
 
 
 def _count(options: Mapping[str, str], name: str, default: int) -> int:

@@ -113,18 +113,25 @@ def root_in_schema(schema: StructType) -> str | None:
     return next((f.metadata[ROOT_METADATA_KEY] for f in schema.fields if ROOT_METADATA_KEY in (f.metadata or {})), None)
 
 
-def writer_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The write options under their canonical names, without the ``storage.<key>`` ones
-    (:func:`partitioning.storage.roots.storage_options_from`); an unknown one is an error listing them."""
-    canonical = {name.lower(): name for name in WRITE_OPTIONS}
+def writer_options(
+    options: Mapping[str, str],
+    allowed: tuple[str, ...] = WRITE_OPTIONS,
+    kind: str = "write",
+    hints: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The ``allowed`` options (``path`` first) under their canonical names, without the
+    ``storage.<key>`` ones (:func:`partitioning.storage.roots.storage_options_from`); an unknown
+    one is an error listing them, with ``hints``' text for a known mistake (lower-case key)."""
+    canonical = {name.lower(): name for name in allowed}
     out = {}
     for key, value in options.items():
         if key.lower().startswith(STORAGE_OPTION_PREFIX):
             continue
         name = canonical.get(key.lower())
         if name is None:
+            extra = (hints or {}).get(key.lower(), "")
             raise InvalidInput(
-                f"unknown lance_partitioned write option {key!r}; allowed: {', '.join(WRITE_OPTIONS[1:])}, "
+                f"unknown lance_partitioned {kind} option {key!r}{extra}; allowed: {', '.join(allowed[1:])}, "
                 f"{STORAGE_OPTION_PREFIX}<key> (a Lance storage option)"
             )
         out[name] = value
