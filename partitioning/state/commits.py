@@ -31,7 +31,7 @@ from partitioning.storage.guard import Guard, Reference, guarded
 from partitioning.storage.history import Operation
 from partitioning.storage.intents import Intent, IntentWait, blocking, intents_in, wait_until_released
 from partitioning.storage.locations import object_id_from_location, seed_named, spec_id_of
-from partitioning.storage.manifest import ManifestStore
+from partitioning.storage.manifest import ManifestStore, note_latest
 from partitioning.storage.paths import table_uri
 from partitioning.storage.staged import staged_key
 
@@ -334,6 +334,7 @@ def _commit(
     done = maybe_compact_manifest(committed, storage_options=ns._store.storage_options)
     if done is not None:
         ns._state = state_after_rewrite(ns._state, done.dataset)
+    note_latest(ns._store.uri, ns._state.version, ns._store.storage_options)
     return version
 
 

@@ -8,6 +8,9 @@ table metadata, and writes rows with ``merge_insert`` on ``object_id``.
 
 from __future__ import annotations
 
+import logging
+import os
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -25,7 +28,16 @@ from partitioning.errors import (
     first_line,
     translate_lance_errors,
 )
-from partitioning.storage.paths import contained, join_uri, unborn_manifest
+from partitioning.storage.paths import (
+    contained,
+    is_file,
+    join_uri,
+    local_dir,
+    newest_listed_version,
+    read_number,
+    unborn_manifest,
+    version_files,
+)
 from partitioning.storage.roots import (
     filesystem_of,
     normalize_storage_options,
@@ -36,7 +48,17 @@ from partitioning.storage.roots import (
 )
 from partitioning.storage.staged import applied_tokens, effective_properties, properties_of, staged_key, staged_tokens
 
-__all__ = ["MANIFEST_DIR", "ManifestStore", "manifest_schema", "partition_column"]
+__all__ = [
+    "HINT_FILE",
+    "MANIFEST_DIR",
+    "ManifestStore",
+    "forget_latest",
+    "manifest_schema",
+    "note_latest",
+    "partition_column",
+]
+
+_log = logging.getLogger(__name__)
 
 MANIFEST_DIR = "__manifest"
 # creating a namespace takes two commits: its rows (version 1), then its spec and schema
@@ -133,7 +155,7 @@ class ManifestStore:
                     f"cannot read {self.uri}: the store did not answer ({first_line(exc)}); check the storage "
                     "options (endpoint, region, credentials)"
                 ) from exc
-            newest = self._newest_version()
+            newest = newest_listed_version(self.uri, self.storage_options)
             which = f"version {newest}" if newest is not None else "its latest version"
             older = f"manifest_version={newest - 1}" if newest is not None and newest > 1 else "manifest_version=<N>"
             raise CorruptNamespace(
@@ -147,20 +169,6 @@ class ManifestStore:
             )
         remember(self.uri, ds.version)
         return ds
-
-    def _newest_version(self) -> int | None:
-        """The highest version under ``__manifest/_versions`` (lance's V2 file names hold u64::MAX - version)."""
-        try:
-            fs, path = filesystem_of(self.uri, self.storage_options)
-            infos = fs.get_file_info(pafs.FileSelector(f"{path}/_versions"))
-        except (OSError, ValueError, pa.ArrowException):
-            return None
-        numbers = []
-        for info in infos:
-            stem, _, ext = info.base_name.partition(".")
-            if ext == "manifest" and stem.isdigit():
-                numbers.append(2**64 - 1 - int(stem) if len(stem) == 20 else int(stem))
-        return max(numbers, default=None)
 
     def create(
         self, rows: pa.Table, metadata: Mapping[str, str], *, properties: Mapping[str, str] | None = None
@@ -255,6 +263,7 @@ class ManifestStore:
             committed = lance.LanceDataset.commit(
                 self.uri, txn, read_version=read.version, storage_options=self.storage_options, max_retries=0
             )
+        note_latest(self.uri, committed.version, self.storage_options)
         return int(committed.version)
 
     def merge_rows(
@@ -289,32 +298,31 @@ class ManifestStore:
                 builder = builder.when_not_matched_by_source_delete()
             txn, _ = builder.conflict_retries(0).execute_uncommitted(rows.select(ds.schema.names).cast(ds.schema))
             txn.transaction_properties = dict(transaction_properties or {})
-            return lance.LanceDataset.commit(
+            committed = lance.LanceDataset.commit(
                 self.uri, txn, read_version=ds.version, storage_options=self.storage_options, max_retries=0
             )
+        note_latest(self.uri, committed.version, self.storage_options)
+        return committed
 
 
 # -- the latest version without listing every version ---------------------------------------
-# Lance finds a dataset's latest version by listing its ``_versions`` directory: one entry per
-# version, so opening grows with the history (about 1 ms per 1,000 versions on local disk,
-# one LIST request per 1,000 on S3), and a stream commits a version every micro-batch. This
-# process remembers the highest version it has seen of each ``__manifest`` (remember); the
-# next open (latest_known) checks that version's manifest file is there and steps forward
-# one stat at a time while the next version's file exists, then opens that version by
-# number. Versions only grow and every commit adds the next number, so the answer is the
-# latest version, as a listing would give it. When the remembered version's file is gone
-# (the namespace was removed and made again, or its versions were cleaned up past it), or
-# more than _MAX_STEPS versions are new, Lance lists.
+# Lance finds a dataset's latest version by listing ``_versions``, one entry per version
+# (about 1 ms per 1,000 on local disk), and a stream commits a version every micro-batch.
+# On a local disk the open starts instead from a version that was the latest: the highest of
+# the one this process saw last and the one in ``__manifest/HINT_FILE`` (like Delta's
+# ``_last_checkpoint``), which every commit through this store notes. It checks that
+# version's file is there and steps forward one stat at a time while the next exists. Every
+# commit adds the next number, so this is the latest, as a listing gives it, as long as no
+# version above the start was removed: vacuum, which may remove versions above a kept one
+# (a live write's base), first notes the latest and forgets this process's start. (Lance
+# commits on a base whose successors were removed without a conflict: a start below such a
+# gap would lose writes.) When the start's file is gone, more than _MAX_STEPS versions are
+# new, or on an object store (a LIST answers 1,000 versions at once), Lance lists.
 
+HINT_FILE = "_latest_version_hint"
 _SEEN: dict[str, int] = {}
 _LOCK = threading.Lock()
 _MAX_STEPS = 64  # past this many new versions, a listing is cheaper than stepping
-
-
-def _manifest_paths(base: str, version: int) -> tuple[str, str]:
-    """Lance's two names of version ``version``'s manifest file (V2: ``u64::MAX - version``, 20
-    digits; V1: the number), under the dataset path ``base``."""
-    return f"{base}/_versions/{2**64 - 1 - version:020d}.manifest", f"{base}/_versions/{version}.manifest"
 
 
 def remember(uri: str, version: int) -> None:
@@ -324,28 +332,45 @@ def remember(uri: str, version: int) -> None:
             _SEEN[uri] = version
 
 
+def note_latest(uri: str, version: int, storage_options: Mapping[str, str] | None) -> None:
+    """``version`` of ``uri`` is the latest (just committed, or opened by vacuum): remember
+    it, and write it to the hint file unless that holds a higher one (best effort)."""
+    remember(uri, version)
+    try:
+        base = local_dir(uri, storage_options)
+        if base is not None and (read_number(f"{base}/{HINT_FILE}") or 0) < version:
+            fd, tmp = tempfile.mkstemp(prefix=HINT_FILE + ".", dir=base)
+            with os.fdopen(fd, "w") as out:
+                out.write(str(version))
+            os.replace(tmp, f"{base}/{HINT_FILE}")
+    except (OSError, ValueError) as exc:
+        _log.debug("no version hint for %s: %s", uri, exc)
+
+
+def forget_latest(uri: str) -> None:
+    """Forget the version of ``uri`` this process saw last: its next open starts from the hint or lists."""
+    with _LOCK:
+        _SEEN.pop(uri, None)
+
+
 def latest_known(uri: str, storage_options: Mapping[str, str] | None) -> int | None:
-    """The latest version of ``uri``, found from the one remembered; None when nothing is
-    remembered or the remembered version's file is gone (then list)."""
-    seen = _SEEN.get(uri)
-    if seen is None:
-        return None
+    """The latest version of ``uri``, stepped to from the one remembered or hinted; None
+    when neither is known, the start's file is gone, or ``uri`` is not local (then list)."""
     try:
         fs, base = filesystem_of(uri, storage_options)
+        if not isinstance(fs, pafs.LocalFileSystem):
+            return None
         base = base.rstrip("/")
-        names = _manifest_paths(base, seen)
-        kind = next((i for i, name in enumerate(names) if _exists(fs, name)), None)
+        start = max(_SEEN.get(uri, 0), read_number(f"{base}/{HINT_FILE}") or 0)
+        names = version_files(base, start)
+        kind = next((i for i, name in enumerate(names) if start and is_file(fs, name)), None)
         if kind is None:
             return None
-        version = seen
+        version = start
         for _ in range(_MAX_STEPS):
-            if not _exists(fs, _manifest_paths(base, version + 1)[kind]):
+            if not is_file(fs, version_files(base, version + 1)[kind]):
                 return version
             version += 1
     except (OSError, ValueError):
         return None
     return None
-
-
-def _exists(fs: pafs.FileSystem, path: str) -> bool:
-    return fs.get_file_info(path).type == pafs.FileType.File

@@ -241,3 +241,45 @@ def _is_dataset(root: str, storage_options: Mapping[str, str] | None) -> bool:
     except (OSError, ValueError, RuntimeError):
         return False
     return True
+
+
+def version_files(base: str, version: int) -> tuple[str, str]:
+    """Lance's two names of a dataset version's manifest file (V2: ``u64::MAX - version``, 20
+    digits; V1: the number), under the dataset path ``base``."""
+    return f"{base}/_versions/{2**64 - 1 - version:020d}.manifest", f"{base}/_versions/{version}.manifest"
+
+
+def newest_listed_version(uri: str, storage_options: Mapping[str, str] | None) -> int | None:
+    """The highest version under ``uri``'s ``_versions`` directory, by listing it (None if unreadable)."""
+    try:
+        fs, path = filesystem_of(uri, storage_options)
+        infos = fs.get_file_info(pafs.FileSelector(f"{path}/_versions"))
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    numbers = []
+    for info in infos:
+        stem, _, ext = info.base_name.partition(".")
+        if ext == "manifest" and stem.isdigit():
+            numbers.append(2**64 - 1 - int(stem) if len(stem) == 20 else int(stem))
+    return max(numbers, default=None)
+
+
+def is_file(fs: pafs.FileSystem, path: str) -> bool:
+    return fs.get_file_info(path).type == pafs.FileType.File
+
+
+def local_dir(uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+    """The local directory of ``uri``; None on an object store."""
+    fs, base = filesystem_of(uri, storage_options)
+    return base.rstrip("/") if isinstance(fs, pafs.LocalFileSystem) else None
+
+
+def read_number(path: str) -> int | None:
+    """The positive whole number (ASCII digits, below 10**19) a small local file holds;
+    None when the file is missing, unreadable or holds anything else."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(24).strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and 0 < len(text) < 20 and int(text) > 0 else None

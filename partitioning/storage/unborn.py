@@ -6,10 +6,10 @@ fails, :func:`discard_unborn` removes what it made, so a retry with corrected da
 another spec starts from an empty root. It removes nothing when anything else happened
 there: a commit after the creation, or a live lease of another write.
 
-:func:`purge_namespace` deletes the Lance-written entries of a root (``__manifest``, the
-partition datasets, the leases); the root directory itself stays. Every deletion is checked
-to lie strictly inside the root (:func:`partitioning.storage.paths.contained`); entries not
-written by Lance stay.
+:func:`purge_namespace` deletes the entries Lance and this project wrote under a root
+(``__manifest`` with its version hint, the partition datasets, the leases); the root
+directory itself stays. Every deletion is checked to lie strictly inside the root
+(:func:`partitioning.storage.paths.contained`); entries written by others stay.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 from partitioning.errors import PartitioningError
 from partitioning.storage.lease_files import LEASE_DIR, list_leases
 from partitioning.storage.locations import TABLE_DIR_RE
-from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore
+from partitioning.storage.manifest import HINT_FILE, MANIFEST_DIR, ManifestStore
 from partitioning.storage.orphans import delete_files, remove_empty_dirs, table_files
 from partitioning.storage.paths import contained, join_uri
 from partitioning.storage.roots import filesystem_of
@@ -49,7 +49,8 @@ def _remove_tree(root: str, uri: str, options: Options) -> None:
     contained(root, uri)
     listed = table_files(uri, options)
     if listed is not None:
-        delete_files(root, [f for f, _ in listed.files], options)
+        hints = [join_uri(uri, name) for name in listed.foreign if name.startswith(HINT_FILE)]
+        delete_files(root, [*(f for f, _ in listed.files), *hints], options)
         remove_empty_dirs(root, [*listed.dirs, uri], options)
 
 
