@@ -13,8 +13,10 @@ read back equal the input's count and the sum of ``id``.
 **Open + plan after many micro-batches**: ``MICRO_BATCHES`` files of 200 rows streamed one
 file a batch (a real stream: each batch one commit, compaction as it goes), against the same
 files in ONE batch; then ``PartitionedNamespace.load`` + ``plan_scan`` with a partition
-filter (later opens in a process, which find the latest version from the one seen before, and
-a process's first open, which lists every version as Lance does), and a full read of every
+filter (later opens in a process, which find the latest version from the one seen before; a
+process's first open, which starts from ``__manifest``'s version hint; the same with nothing
+of the namespace decoded in the process; and without the hint, listing every version as
+Lance does), and a full read of every
 row with pylance; the opens interleaved 60 times, apart from the reads (interleaved 15
 times), since an open timed right after a read runs cold. Partitions:
 ``BENCH_STREAM_PLAN_PARTITIONS`` (100 and 10).
@@ -36,6 +38,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.conftest import interleaved_samples, spread
 from partitioning.namespace import PartitionedNamespace
+from partitioning.state import loading
 from partitioning.storage import manifest as latest
 from pipelines import register_data_source
 
@@ -115,6 +118,15 @@ def test_stream_rows_per_second_vs_parquet_sink(
     )
 
 
+def forget_decoded(root: str) -> None:
+    """Drop the decoded ``__manifest`` versions of ``root`` only (others stay warm)."""
+    with loading._cache_lock:
+        keys = [k for k in loading._cache if k[0] == root]
+        assert keys, f"nothing of {root} was decoded"
+        for key in keys:
+            del loading._cache[key]
+
+
 @pytest.mark.parametrize("partitions", PLAN_PARTITIONS)
 def test_open_and_plan_after_many_micro_batches(spark: SparkSession, tmp_path: Path, partitions: int) -> None:
     register_data_source(spark)
@@ -131,9 +143,24 @@ def test_open_and_plan_after_many_micro_batches(spark: SparkSession, tmp_path: P
         return len(ns.plan_scan(where))
 
     def first_open_plan(root: Path) -> int:
-        # as a process that never opened this namespace: Lance lists every version
+        # as a process that never opened this namespace: it starts from the hint file
         latest._SEEN.pop(str(root / "__manifest"), None)
         return open_plan(root)
+
+    def cold_open_plan(root: Path) -> int:
+        # nothing of this namespace in the process: no last-seen version, no decoded state
+        forget_decoded(str(root))
+        return first_open_plan(root)
+
+    def listed_open_plan(root: Path) -> int:
+        # as before the hint: Lance lists every version
+        hint = root / "__manifest" / latest.HINT_FILE
+        saved = hint.read_bytes()
+        hint.unlink()
+        try:
+            return first_open_plan(root)
+        finally:
+            hint.write_bytes(saved)
 
     def read_all(root: Path) -> int:
         ns = PartitionedNamespace.load(str(root))
@@ -148,6 +175,10 @@ def test_open_and_plan_after_many_micro_batches(spark: SparkSession, tmp_path: P
             "plan big": lambda: open_plan(big),
             "first plan small": lambda: first_open_plan(small),
             "first plan big": lambda: first_open_plan(big),
+            "cold plan small": lambda: cold_open_plan(small),
+            "cold plan big": lambda: cold_open_plan(big),
+            "listed plan small": lambda: listed_open_plan(small),
+            "listed plan big": lambda: listed_open_plan(big),
         },
         repeats=60,
     )
@@ -168,7 +199,11 @@ def test_open_and_plan_after_many_micro_batches(spark: SparkSession, tmp_path: P
         f"open + plan {timing['plan small'].show_ms()} vs {timing['plan big'].show_ms()} = "
         f"{timing['plan small'].median / timing['plan big'].median:.2f}x; a process's first open + plan "
         f"{timing['first plan small'].show_ms()} vs {timing['first plan big'].show_ms()} = "
-        f"{timing['first plan small'].median / timing['first plan big'].median:.2f}x; read every row "
+        f"{timing['first plan small'].median / timing['first plan big'].median:.2f}x; cold (no decoded state "
+        f"either) {timing['cold plan small'].show_ms()} vs {timing['cold plan big'].show_ms()} = "
+        f"{timing['cold plan small'].median / timing['cold plan big'].median:.2f}x; listing every version "
+        f"(no hint) {timing['listed plan small'].show_ms()} vs {timing['listed plan big'].show_ms()} = "
+        f"{timing['listed plan small'].median / timing['listed plan big'].median:.2f}x; read every row "
         f"{timing['read small'].show_ms()} vs {timing['read big'].show_ms()} = "
         f"{timing['read small'].median / timing['read big'].median:.2f}x; most fragments in a partition "
         f"{fragments['small']} vs {fragments['big']}"
