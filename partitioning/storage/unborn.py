@@ -8,7 +8,8 @@ there: a commit after the creation, or a live lease of another write.
 
 :func:`purge_namespace` deletes the entries Lance and this project wrote under a root
 (``__manifest`` with its version hint, the partition datasets, the leases); the root
-directory itself stays. Every deletion is checked to lie strictly inside the root
+directory itself stays; :func:`remove_manifest` deletes ``__manifest`` alone (``DROP TABLE``
+without ``PURGE``). Every deletion is checked to lie strictly inside the root
 (:func:`partitioning.storage.paths.contained`); entries written by others stay.
 """
 
@@ -28,7 +29,7 @@ from partitioning.storage.orphans import delete_files, remove_empty_dirs, table_
 from partitioning.storage.paths import contained, join_uri
 from partitioning.storage.roots import filesystem_of
 
-__all__ = ["discard_unborn", "purge_namespace", "remove_leases", "table_dirs"]
+__all__ = ["discard_unborn", "purge_namespace", "remove_leases", "remove_manifest", "table_dirs"]
 
 Options = Mapping[str, str] | None
 _log = logging.getLogger(__name__)
@@ -52,6 +53,11 @@ def _remove_tree(root: str, uri: str, options: Options) -> None:
         hints = [join_uri(uri, name) for name in listed.foreign if name.startswith(HINT_FILE)]
         delete_files(root, [*(f for f, _ in listed.files), *hints], options)
         remove_empty_dirs(root, [*listed.dirs, uri], options)
+
+
+def remove_manifest(root: str, options: Options) -> None:
+    """Delete ``__manifest`` (with its version hint) under ``root``: ``DROP TABLE`` without ``PURGE``."""
+    _remove_tree(root, join_uri(root, MANIFEST_DIR), options)
 
 
 def remove_leases(root: str, options: Options) -> None:

@@ -30,10 +30,10 @@ from partitioning.plan.identity_match import identity_everywhere
 from partitioning.storage.history import version_at
 from partitioning.storage.lease_files import LEASE_DIR
 from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore
-from partitioning.storage.orphans import delete_files, remove_empty_dirs, table_files
+from partitioning.storage.orphans import remove_empty_dirs
 from partitioning.storage.paths import join_uri
 from partitioning.storage.roots import filesystem_of, resolve_root
-from partitioning.storage.unborn import purge_namespace, table_dirs
+from partitioning.storage.unborn import purge_namespace, remove_manifest, table_dirs
 from pipelines.columns.schema import namespace_schema_from_spark
 from pipelines.columns.spec_transforms import describe_partitioning, partition_spec
 from pipelines.jvm.alter import alter_table
@@ -212,11 +212,7 @@ def drop_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
         purge_namespace(root, options, tables)
         remove_empty_dirs(resolve_root(str(args["warehouse"])), [root], options)  # inside the warehouse
         return {"dropped": True, "purged": True}
-    uri = join_uri(root, MANIFEST_DIR)
-    listed = table_files(uri, options)
-    if listed is not None:
-        delete_files(root, [f for f, _ in listed.files], options)
-        remove_empty_dirs(root, [*listed.dirs, uri], options)
+    remove_manifest(root, options)
     return {"dropped": True, "purged": False}
 
 
