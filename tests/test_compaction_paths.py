@@ -8,11 +8,15 @@ read from Spark's own status tracker (jobs and their tasks), not from the code u
 
 from __future__ import annotations
 
+import lance
 import pyarrow as pa
 import pytest
 
 from partitioning import PartitionedNamespace
-from partitioning.tables.compaction import CompactionTask
+from partitioning.service.arrow import write_arrow
+from partitioning.storage.datasets import replace_fragments
+from partitioning.tables import compaction
+from partitioning.tables.compaction import CompactionTask, commit_compaction, plan_compaction, rewrite_all
 from partitioning.tables.write import write_table
 from pipelines.maintenance import operations as spark_maintenance
 from pipelines.maintenance.operations import compact
@@ -138,3 +142,39 @@ def test_many_small_tables_share_one_spark_task(spark, tmp_path):
     assert {c: rows for c, (_, rows) in after.items()} == {
         c: [(10 * j + k, c) for k in range(3)] for j, c in enumerate(countries)
     }
+
+
+def test_a_table_a_writer_is_committing_to_is_skipped_and_the_rest_compacted(tmp_path, monkeypatch):
+    """Right after compaction opened a partition's dataset to commit its rewrite, a writer
+    commits to that dataset (a Lance Merge, its ``__manifest`` commit still to come): that
+    partition is left as it was and reported as skipped, the other is compacted, and every
+    row stays."""
+    root = str(tmp_path / "ns")
+    expected = []
+    for i in range(4):
+        batch = pa.table({"id": [2 * i, 2 * i + 1], "k": ["a", "b"]})
+        write_arrow(root, batch, partition_by=["k"] if i == 0 else None)
+        expected.extend(batch.to_pylist())
+    ns = PartitionedNamespace.load(root)
+    results = rewrite_all(plan_compaction(ns))
+    raced = next(t for t in ns.partitions() if t.values["k"] == "a")
+    opened = compaction.latest_keeping_indexes
+
+    def then_a_writer_commits(uri, *args, **kwargs):
+        head = opened(uri, *args, **kwargs)
+        if uri == raced.uri:
+            replace_fragments(uri, head, [f.metadata for f in head.get_fragments()], [], None)
+        return head
+
+    monkeypatch.setattr(compaction, "latest_keeping_indexes", then_a_writer_commits)
+    report = commit_compaction(PartitionedNamespace.load(root), results)
+    assert report.skipped == (raced.object_id,)
+    after = PartitionedNamespace.load(root)
+    fragments = {
+        t.values["k"]: len(lance.dataset(t.uri, version=t.read_version).get_fragments()) for t in after.partitions()
+    }
+    assert fragments == {"a": 4, "b": 1}
+    stored = [
+        r for t in after.partitions() for r in lance.dataset(t.uri, version=t.read_version).to_table().to_pylist()
+    ]
+    assert sorted(stored, key=lambda r: r["id"]) == expected

@@ -182,8 +182,9 @@ def commit_compaction(
     """Driver side: one dataset version per table, then ONE ``__manifest`` commit, on the
     protected path of ``guard`` (:mod:`partitioning.storage.guard`; the caller's lease from before planning).
 
-    A table whose ``read_version`` moved since planning (a concurrent write) is left as
-    it was and reported as skipped; nothing of its data is lost. Each committed version
+    A table whose ``read_version`` moved since planning, or whose dataset a writer committed
+    to meanwhile (its commit to ``__manifest`` still to come), is left as it was and reported
+    as skipped; nothing of its data is lost. Each committed version
     keeps the table's indexes covering the rows they covered, remapped to the rewritten
     fragments (:func:`partitioning.storage.datasets.commit_rewrites`).
     """
@@ -203,12 +204,16 @@ def commit_compaction(
                 skipped.append(object_id)
                 continue
             head = latest_keeping_indexes(table.uri, planned, ns.storage_options)
-            removed = sum(len(p.task.fragment_ids) for p in parts)
             fragments = len(head.get_fragments())
+            try:
+                version = commit_rewrites(table.uri, head, [p.rewrite for p in parts], ns.storage_options)
+            except ConcurrentModification:  # a writer is committing to this table: the rewrite is left out
+                skipped.append(object_id)
+                continue
+            removed = sum(len(p.task.fragment_ids) for p in parts)
             before += fragments
             after += fragments - removed + sum(p.fragments for p in parts)
             rows += sum(p.rows for p in parts)
-            version = commit_rewrites(table.uri, head, [p.rewrite for p in parts], ns.storage_options)
             commits.append(TableCommit(table.spec_id, table.values, table.location, version, table.object_id))
         by_table = {k: v for k, v in by_table.items() if k not in skipped}
         if not commits:
