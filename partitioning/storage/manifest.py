@@ -52,7 +52,6 @@ __all__ = [
     "HINT_FILE",
     "MANIFEST_DIR",
     "ManifestStore",
-    "forget_latest",
     "manifest_schema",
     "note_latest",
     "partition_column",
@@ -314,7 +313,7 @@ class ManifestStore:
 # version's file is there and steps forward one stat at a time while the next exists. Every
 # commit adds the next number, so this is the latest, as a listing gives it, as long as no
 # version above the start was removed: vacuum, which may remove versions above a kept one
-# (a live write's base), first notes the latest and forgets this process's start. (Lance
+# (a live write's base), first notes the latest, which every start is at least. (Lance
 # commits on a base whose successors were removed without a conflict: a start below such a
 # gap would lose writes.) When the start's file is gone, more than _MAX_STEPS versions are
 # new, or on an object store (a LIST answers 1,000 versions at once), Lance lists.
@@ -347,12 +346,6 @@ def note_latest(uri: str, version: int, storage_options: Mapping[str, str] | Non
         _log.debug("no version hint for %s: %s", uri, exc)
 
 
-def forget_latest(uri: str) -> None:
-    """Forget the version of ``uri`` this process saw last: its next open starts from the hint or lists."""
-    with _LOCK:
-        _SEEN.pop(uri, None)
-
-
 def latest_known(uri: str, storage_options: Mapping[str, str] | None) -> int | None:
     """The latest version of ``uri``, stepped to from the one remembered or hinted; None
     when neither is known, the start's file is gone, or ``uri`` is not local (then list)."""
@@ -362,8 +355,9 @@ def latest_known(uri: str, storage_options: Mapping[str, str] | None) -> int | N
             return None
         base = base.rstrip("/")
         start = max(_SEEN.get(uri, 0), read_number(f"{base}/{HINT_FILE}") or 0)
-        names = version_files(base, start)
-        kind = next((i for i, name in enumerate(names) if start and is_file(fs, name)), None)
+        if not start:
+            return None
+        kind = next((i for i, name in enumerate(version_files(base, start)) if is_file(fs, name)), None)
         if kind is None:
             return None
         version = start

@@ -21,7 +21,7 @@ from partitioning.errors import PartitioningError, first_line, translate_lance_e
 from partitioning.sql.timezones import as_utc
 from partitioning.storage.alignment import restore_as_latest
 from partitioning.storage.lease_files import list_leases, protected_bases, protected_since
-from partitioning.storage.manifest import MANIFEST_DIR, forget_latest, note_latest
+from partitioning.storage.manifest import MANIFEST_DIR, note_latest
 from partitioning.storage.orphans import referenced_data_files, table_files
 from partitioning.storage.paths import contained, join_uri, location_problem
 
@@ -171,7 +171,6 @@ def cleanup_versions(
             ds = restore_as_latest(uri, restore, opts)[0]
         if uri == join_uri(root, MANIFEST_DIR):  # a kept version may lie below removed ones: no open starts there
             note_latest(uri, ds.version, opts)
-            forget_latest(uri)
         ds.cleanup_old_versions(versions=list(versions), error_if_tagged_old_versions=False)
 
 
