@@ -13,8 +13,12 @@ import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
 import org.apache.spark.sql.catalyst.analysis.NonEmptyNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.TableAlreadyExistsException;
+import org.apache.spark.sql.connector.catalog.CatalogV2Util;
+import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.NamespaceChange;
+import org.apache.spark.sql.connector.catalog.StagedTable;
+import org.apache.spark.sql.connector.catalog.StagingTableCatalog;
 import org.apache.spark.sql.connector.catalog.SupportsNamespaces;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
@@ -35,8 +39,14 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * (pipelines/jvm/catalog.py), and each load reads the latest {@code __manifest} version
  * (or {@code VERSION AS OF} / {@code TIMESTAMP AS OF}), so the schema is never stale: a
  * description is reused only while a local root's latest version file is the one it read.
+ *
+ * <p>{@code CREATE TABLE ... AS SELECT}, {@code REPLACE TABLE} and {@code CREATE OR REPLACE TABLE}
+ * are staged ({@link StagingTableCatalog}, as Iceberg's {@code SparkCatalog}): the new table's
+ * schema, spec and rows become visible in one {@code __manifest} commit, history before a
+ * replace stays readable, and a failure anywhere leaves the table as it was ({@link
+ * StagedLanceTable}).
  */
-public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
+public final class LanceCatalog implements StagingTableCatalog, SupportsNamespaces {
   private String name;
   private String warehouse;
   private Map<String, String> storage = Collections.emptyMap();
@@ -196,6 +206,119 @@ public final class LanceCatalog implements TableCatalog, SupportsNamespaces {
     }
     Described described = Described.of(d);
     return new LanceTable(name + "." + ident, described, described.root, new HashMap<>(storage), described.schema, false);
+  }
+
+  // -- staged creates and replaces ---------------------------------------------------------------
+  @Override
+  public StagedTable stageCreate(Identifier ident, TableInfo info) throws TableAlreadyExistsException {
+    return stagedCreate(ident, info.schema(), info.partitions(), info.properties());
+  }
+
+  @Override
+  @Deprecated
+  public StagedTable stageCreate(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
+      throws TableAlreadyExistsException {
+    return stagedCreate(ident, CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties);
+  }
+
+  @Override
+  @Deprecated
+  public StagedTable stageCreate(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
+      throws TableAlreadyExistsException {
+    return stagedCreate(ident, schema, partitions, properties);
+  }
+
+  @Override
+  public StagedTable stageReplace(Identifier ident, TableInfo info) throws NoSuchTableException {
+    return replace(ident, info.schema(), info.partitions(), info.properties());
+  }
+
+  @Override
+  @Deprecated
+  public StagedTable stageReplace(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
+      throws NoSuchTableException {
+    return replace(ident, CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties);
+  }
+
+  @Override
+  @Deprecated
+  public StagedTable stageReplace(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
+      throws NoSuchTableException {
+    return replace(ident, schema, partitions, properties);
+  }
+
+  @Override
+  public StagedTable stageCreateOrReplace(Identifier ident, TableInfo info) {
+    return createOrReplace(ident, info.schema(), info.partitions(), info.properties());
+  }
+
+  @Override
+  @Deprecated
+  public StagedTable stageCreateOrReplace(
+      Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties) {
+    return createOrReplace(ident, CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties);
+  }
+
+  @Override
+  @Deprecated
+  public StagedTable stageCreateOrReplace(
+      Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties) {
+    return createOrReplace(ident, schema, partitions, properties);
+  }
+
+  private StagedTable stagedCreate(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
+      throws TableAlreadyExistsException {
+    try {
+      return stage(ident, schema, partitions, properties, "create");
+    } catch (NoSuchTableException e) {
+      throw new IllegalStateException(e); // a create never refuses a missing table
+    }
+  }
+
+  private StagedTable replace(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
+      throws NoSuchTableException {
+    try {
+      return stage(ident, schema, partitions, properties, "replace");
+    } catch (TableAlreadyExistsException e) {
+      throw new IllegalStateException(e); // a replace never refuses an existing table
+    }
+  }
+
+  private StagedTable createOrReplace(
+      Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties) {
+    try {
+      return stage(ident, schema, partitions, properties, "create_or_replace");
+    } catch (TableAlreadyExistsException | NoSuchTableException e) {
+      throw new IllegalStateException(e); // neither is refused by a create-or-replace
+    }
+  }
+
+  /**
+   * Check the new table now (a refused spec or type fails before any row is written) and
+   * return what Spark writes into; nothing changes until the staged table commits.
+   */
+  private StagedTable stage(
+      Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties, String kind)
+      throws TableAlreadyExistsException, NoSuchTableException {
+    described.remove(ident.toString());
+    Map<String, Object> args = at(ident);
+    args.put("schema", schema.json());
+    args.put("partitioning", transforms(partitions));
+    args.put("properties", properties);
+    args.put("kind", kind);
+    args.put("missing_ok", true);
+    JsonNode d = call("stage_table", args);
+    if ("exists".equals(d.path("error").asText())) {
+      throw new TableAlreadyExistsException(ident);
+    }
+    if (d.has("error")) {
+      throw new NoSuchTableException(ident);
+    }
+    Map<String, String> options = new HashMap<>(storage);
+    options.put("path", d.get("root").asText());
+    options.put("lp.write", "stage");
+    options.put("lp.stage", Bridge.write(args));
+    return new StagedLanceTable(name + "." + ident, schema, partitions, options);
   }
 
   static List<Map<String, Object>> transforms(Transform[] partitions) {

@@ -36,7 +36,7 @@ from partitioning.errors import (
     translate_lance_errors,
 )
 from partitioning.storage.locations import MODEL_DIR
-from partitioning.storage.manifest import ManifestStore
+from partitioning.storage.manifest import INDEX_KEY_PREFIX, ManifestStore
 from partitioning.storage.paths import contained, join_uri
 from partitioning.storage.roots import filesystem_of
 
@@ -51,7 +51,7 @@ __all__ = [
     "train_model",
 ]
 
-PROPERTY_PREFIX = "lance_partitioned.index."
+PROPERTY_PREFIX = INDEX_KEY_PREFIX
 _MODEL_RE = re.compile(rf"^{MODEL_DIR}/([0-9a-f]{{64}})\.arrow$")
 _MIN_PQ_SAMPLE = 512  # PQ training needs 256 codes x a sample rate of at least 2
 

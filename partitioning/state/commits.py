@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 DEFAULT_COMMIT_RETRIES = 8
+_log = logging.getLogger(__name__)
 
 
 def merge_manifest_rows(
@@ -109,10 +111,14 @@ def unstage_properties(store: ManifestStore, token: str, operation: Operation) -
 
 def finish_properties(store: ManifestStore, operation: Operation) -> int | None:
     """Write applied staged properties as the plain ones; None when that commit loses a race
-    (they are applied already, and the next properties commit of anyone writes them out)."""
+    or fails (they are applied already, and the next properties commit of anyone writes them
+    out), so the operation whose rows committed never reports a failure for it."""
     try:
         return commit_metadata(store, store.dataset(), {}, operation.with_parameters(step="finish"))
     except ConcurrentModification:
+        return None
+    except (PartitioningError, OSError) as exc:
+        _log.warning("%s: the applied properties stay staged until the next properties commit (%s)", store.root, exc)
         return None
 
 

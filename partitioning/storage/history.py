@@ -69,6 +69,7 @@ OPERATIONS = frozenset(
         "BACKFILL",
         "OPTIMIZE_MANIFEST",
         "CREATE",
+        "REPLACE",
         "INTENT",
     }
 )

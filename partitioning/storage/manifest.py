@@ -50,6 +50,7 @@ from partitioning.storage.staged import applied_tokens, effective_properties, pr
 
 __all__ = [
     "HINT_FILE",
+    "INDEX_KEY_PREFIX",
     "MANIFEST_DIR",
     "ManifestStore",
     "manifest_schema",
@@ -69,6 +70,8 @@ READAHEAD = 8
 ROW_ADDRESS = "_rowaddr"
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = "partition_spec_v"
+# root properties holding index definitions (partitioning.search.index_model)
+INDEX_KEY_PREFIX = "lance_partitioned.index."
 PARTITION_COLUMN_PREFIX = "partition_field_"
 PK_METADATA = {"lance-schema:unenforced-primary-key:position": "0"}
 

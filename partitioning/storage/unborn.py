@@ -27,9 +27,9 @@ from partitioning.storage.locations import TABLE_DIR_RE
 from partitioning.storage.manifest import HINT_FILE, MANIFEST_DIR, ManifestStore
 from partitioning.storage.orphans import delete_files, remove_empty_dirs, table_files
 from partitioning.storage.paths import contained, join_uri
-from partitioning.storage.roots import filesystem_of
+from partitioning.storage.roots import filesystem_of, resolve_root
 
-__all__ = ["discard_unborn", "purge_namespace", "remove_leases", "remove_manifest", "table_dirs"]
+__all__ = ["discard_unborn", "discard_uncreated", "purge_namespace", "remove_leases", "remove_manifest", "table_dirs"]
 
 Options = Mapping[str, str] | None
 _log = logging.getLogger(__name__)
@@ -94,4 +94,25 @@ def discard_unborn(root: str, created_version: int, options: Options, own_lease:
         return True
     except (PartitioningError, OSError, ValueError) as exc:
         _log.warning("lance_partitioned: could not remove the namespace a failed write created at %s: %s", root, exc)
+        return False
+
+
+def discard_uncreated(root: str, options: Options, own_lease: str | None = None, *, within: str | None = None) -> bool:
+    """Remove what a failed atomic create (:mod:`partitioning.tables.replace`) wrote under ``root``:
+    partition datasets no ``__manifest`` names, and leases; with ``within`` (a catalog's
+    warehouse) the emptied root directory too. Nothing is removed once a ``__manifest``
+    exists there or while another write's lease is live. Returns whether it was removed; a
+    failure is logged, never raised over the create's own error."""
+    try:
+        if ManifestStore(root, options).exists():
+            return False
+        now = dt.datetime.now(dt.UTC)
+        if any(lease.live(now) for lease in list_leases(root, options) if lease.uri != own_lease):
+            return False
+        purge_namespace(root, options)
+        if within is not None:
+            remove_empty_dirs(resolve_root(within), [root], options)
+        return True
+    except (PartitioningError, OSError, ValueError) as exc:
+        _log.warning("lance_partitioned: could not remove what a failed create wrote at %s: %s", root, exc)
         return False

@@ -1,8 +1,9 @@
 """The Python side of the JVM layer (the DSv2 provider and catalog in ``java/``).
 
 ``source`` is the ``lance_partitioned_py`` data source the JVM calls; ``catalog`` answers the
-``TableCatalog``, ``alter`` its ``ALTER TABLE``; ``write`` runs the writes and SQL DML the
-JVM plans; ``drop`` the metadata-only deletes.
+``TableCatalog``, ``alter`` its ``ALTER TABLE``, ``stage`` its staged creates and replaces
+(``CREATE TABLE ... AS SELECT``, ``REPLACE TABLE``); ``write`` runs the writes and SQL DML
+the JVM plans; ``drop`` the metadata-only deletes.
 
 May import: source, read, columns, the session modules, :mod:`partitioning`. Imported by
 nothing in Python: the JVM layer reaches it through the registered data source.

@@ -37,6 +37,7 @@ from partitioning.storage.unborn import purge_namespace, remove_manifest, table_
 from pipelines.columns.schema import namespace_schema_from_spark
 from pipelines.columns.spec_transforms import describe_partitioning, partition_spec
 from pipelines.jvm.alter import alter_table
+from pipelines.jvm.stage import plan_staged
 from pipelines.shared_roots import is_relative_path
 
 __all__ = ["call_catalog", "table_root"]
@@ -58,7 +59,8 @@ def call_catalog(call: str, args: Mapping[str, Any], storage_options: Options) -
         "list_tables": list_tables,
         "create_table": create_table,
         "drop_table": drop_table,
-        "alter_table": lambda a, o: alter_table(_root(a), a.get("changes") or [], o),
+        "alter_table": lambda a, o: alter_table(root_of(a), a.get("changes") or [], o),
+        "stage_table": stage_table,
     }
     handler = handlers.get(call)
     if handler is None:
@@ -95,7 +97,7 @@ def table_root(warehouse: str, namespace: Sequence[str], name: str) -> str:
     return join_uri(root, check_name(name, "table"))
 
 
-def _root(args: Mapping[str, Any]) -> str:
+def root_of(args: Mapping[str, Any]) -> str:
     if "root" in args:
         return resolve_root(str(args["root"]))
     return table_root(str(args["warehouse"]), list(args.get("namespace") or []), str(args["name"]))
@@ -112,7 +114,7 @@ def _namespace_dir(args: Mapping[str, Any]) -> str:
 def describe(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     """What the JVM layer needs of a table at a version: root, version, Spark schema, partitioning,
     the identity partition columns every spec with tables shares, and a cheap column."""
-    root = _root(args)
+    root = root_of(args)
     if "root" in args:
         from pipelines.shared_roots import check_source_root
 
@@ -173,7 +175,33 @@ def _cheap_column(schema: StructType) -> str | None:
 
 def create_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     """``CREATE TABLE``: a new namespace with the statement's schema and ``PARTITIONED BY``."""
-    root = _root(args)
+    root = root_of(args)
+    check_properties(args, root)
+    struct = StructType.fromJson(json.loads(str(args["schema"])))
+    schema = namespace_schema_from_spark(struct)
+    spec = partition_spec(partitioning_of(args), schema)
+    if ManifestStore(root, options).exists():
+        raise NamespaceAlreadyExists(f"table already exists at {root}")
+    remove_dropped_table(root, options)
+    ns = PartitionedNamespace.create(root, schema, spec, options)
+    return describe({"root": ns.root}, options)
+
+
+def stage_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
+    """``CREATE TABLE ... AS SELECT`` / ``REPLACE TABLE`` / ``CREATE OR REPLACE TABLE``, checked
+    before any row is written (:mod:`pipelines.jvm.stage`); nothing changes here but the
+    leftovers of a dropped table where a table is created."""
+    root = root_of(args)
+    check_properties(args, root)
+    partitioning_of(args)
+    if not ManifestStore(root, options).exists() and args.get("kind") != "replace":
+        remove_dropped_table(root, options)
+    replacement = plan_staged(root, args, options)
+    return {"root": replacement.root, "creates": replacement.creates}
+
+
+def check_properties(args: Mapping[str, Any], root: str) -> None:
+    """A new table's properties: Spark's own, and ``LOCATION`` only where the table lives."""
     properties = {str(k): str(v) for k, v in (args.get("properties") or {}).items()}
     unknown = sorted(k for k in properties if k not in SPARK_PROPERTIES and not k.startswith("option."))
     if unknown:
@@ -185,25 +213,22 @@ def create_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
         raise InvalidInput(
             f"LOCATION {location!r}: a table of this catalog lives under its warehouse, at {root}; leave LOCATION out"
         )
-    struct = StructType.fromJson(json.loads(str(args["schema"])))
-    schema = namespace_schema_from_spark(struct)
-    transforms = args.get("partitioning") or []
+
+
+def partitioning_of(args: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A new table's ``PARTITIONED BY`` transforms; a table without is refused."""
+    transforms = list(args.get("partitioning") or [])
     if not transforms:
         raise SpecError(
             "a lance_partitioned table needs PARTITIONED BY (...): e.g. PARTITIONED BY (country), "
             "(bucket(16, id)), (year(ts), month(ts), day(ts)) or (truncate(4, name))"
         )
-    spec = partition_spec(transforms, schema)
-    if ManifestStore(root, options).exists():
-        raise NamespaceAlreadyExists(f"table already exists at {root}")
-    _remove_dropped_table(root, options)
-    ns = PartitionedNamespace.create(root, schema, spec, options)
-    return describe({"root": ns.root}, options)
+    return transforms
 
 
 def drop_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     """``DROP TABLE``: the ``__manifest`` goes; with ``purge`` every Lance-written entry goes too."""
-    root = _root(args)
+    root = root_of(args)
     store = ManifestStore(root, options)
     if not store.exists():
         return {"dropped": False}
@@ -216,7 +241,7 @@ def drop_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
     return {"dropped": True, "purged": False}
 
 
-def _remove_dropped_table(root: str, options: Options) -> None:
+def remove_dropped_table(root: str, options: Options) -> None:
     """A table created where one was dropped without PURGE (or replaced: REPLACE TABLE drops,
     then creates) takes the place of its leftovers: the partition datasets and leases the
     dropped table left go first. Anything else there refuses the create (nothing is deleted)."""

@@ -77,11 +77,15 @@ def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwr
     if mode == "replace":
         plain = {**_plain(options), "partitionOverwriteMode": "dynamic"}
         return ReplaceWriter(plain, schema, lowered.get("lp.exact"))
+    if mode == "stage":
+        from pipelines.jvm.stage import StagedWriter
+
+        return StagedWriter(_plain(options), schema, lowered.get("lp.stage"))
     if mode == "delta":
         return DeltaWriter(lowered, schema)
     if mode == "delete_tables":
         return DeleteTablesWriter(lowered)
-    raise InvalidInput(f"unknown lp.write mode {mode!r} (append, overwrite, dynamic, delta, delete_tables)")
+    raise InvalidInput(f"unknown lp.write mode {mode!r} (append, overwrite, dynamic, stage, delta, delete_tables)")
 
 
 @dataclass(frozen=True)
