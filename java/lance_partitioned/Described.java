@@ -23,6 +23,7 @@ final class Described {
   final Set<String> identity;
   final String cheap;
   final Map<String, String> properties;
+  final StructType partitionSchema; // one field per partition field of every spec version (SHOW PARTITIONS)
 
   private Described(
       String root,
@@ -31,7 +32,8 @@ final class Described {
       Transform[] partitioning,
       Set<String> identity,
       String cheap,
-      Map<String, String> properties) {
+      Map<String, String> properties,
+      StructType partitionSchema) {
     this.root = root;
     this.version = version;
     this.schema = schema;
@@ -39,6 +41,7 @@ final class Described {
     this.identity = identity;
     this.cheap = cheap;
     this.properties = properties;
+    this.partitionSchema = partitionSchema;
   }
 
   static Described of(JsonNode n) {
@@ -63,7 +66,8 @@ final class Described {
         transforms.toArray(new Transform[0]),
         Collections.unmodifiableSet(identity),
         cheap == null || cheap.isNull() ? null : cheap.asText(),
-        Collections.unmodifiableMap(props));
+        Collections.unmodifiableMap(props),
+        (StructType) DataType.fromJson(n.get("partition_schema").asText()));
   }
 
   private static Transform transform(JsonNode t) {

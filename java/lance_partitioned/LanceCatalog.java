@@ -162,6 +162,10 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
       args.put("missing_ok", true);
       d = call("describe", args);
       if (d.has("error")) {
+        Table metadata = metadataTable(ident, extra);
+        if (metadata != null) {
+          return metadata;
+        }
         throw new NoSuchTableException(ident);
       }
       if (key != null) {
@@ -171,6 +175,26 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
     Described described = Described.of(d);
     Map<String, String> options = new HashMap<>(storage);
     return new LanceTable(name + "." + ident, described, described.root, options, described.schema, false);
+  }
+
+  /** {@code <table>.history}, {@code .partitions} or {@code .files} of an existing table, else null. */
+  private Table metadataTable(Identifier ident, Map<String, Object> extra) {
+    String[] ns = ident.namespace();
+    String kind = ident.name().toLowerCase(java.util.Locale.ROOT);
+    if (ns.length == 0 || !MetadataTable.KINDS.contains(kind)) {
+      return null;
+    }
+    Identifier parent = Identifier.of(Arrays.copyOf(ns, ns.length - 1), ns[ns.length - 1]);
+    Map<String, Object> args = at(parent);
+    args.putAll(extra);
+    args.put("kind", kind);
+    args.put("missing_ok", true);
+    JsonNode m = call("metadata_table", args);
+    if (m.has("error")) {
+      return null;
+    }
+    StructType schema = (StructType) org.apache.spark.sql.types.DataType.fromJson(m.get("schema").asText());
+    return new MetadataTable(name + "." + ident, schema, m.get("rows").asText());
   }
 
   @Override

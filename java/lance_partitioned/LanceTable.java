@@ -3,13 +3,19 @@ package lance_partitioned;
 import java.util.Collections;
 import java.util.EnumSet;
 import java.util.HashMap;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.CatalogV2Util;
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.MetadataColumn;
 import org.apache.spark.sql.connector.catalog.SupportsDeleteV2;
 import org.apache.spark.sql.connector.catalog.SupportsMetadataColumns;
+import org.apache.spark.sql.connector.catalog.SupportsPartitionManagement;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.SupportsRowLevelOperations;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
@@ -38,7 +44,8 @@ final class LanceTable
         SupportsWrite,
         SupportsMetadataColumns,
         SupportsRowLevelOperations,
-        SupportsDeleteV2 {
+        SupportsDeleteV2,
+        SupportsPartitionManagement {
   static final String ROW_TABLE = "_lance_table";
   static final String ROW_ADDRESS = "_lance_rowaddr";
 
@@ -199,6 +206,58 @@ final class LanceTable
     opts.put("lp.truncate", "true");
     LanceWriteBuilder.commitWithoutRows(this, opts);
     return true;
+  }
+
+  // -- SHOW PARTITIONS (SupportsPartitionManagement): partitions are made and removed by writes ----------
+  @Override
+  public StructType partitionSchema() {
+    return described != null ? described.partitionSchema : new StructType();
+  }
+
+  @Override
+  public InternalRow[] listPartitionIdentifiers(String[] names, InternalRow ident) {
+    Described d = require();
+    Map<String, Object> args = new HashMap<>();
+    args.put("root", root);
+    args.put("version", d.version);
+    String rows = Bridge.call("partition_values", args, Bridge.storageOptions(options)).get("rows").asText();
+    StructType schema = d.partitionSchema;
+    List<InternalRow> out = new ArrayList<>();
+    for (InternalRow row : InlineScan.decode(schema, Base64.getDecoder().decode(rows))) {
+      boolean matches = true;
+      for (int i = 0; i < names.length && matches; i++) {
+        int j = schema.fieldIndex(names[i]);
+        DataType type = schema.fields()[j].dataType();
+        matches = Objects.equals(row.isNullAt(j) ? null : row.get(j, type), ident.isNullAt(i) ? null : ident.get(i, type));
+      }
+      if (matches) {
+        out.add(row);
+      }
+    }
+    return out.toArray(new InternalRow[0]);
+  }
+
+  @Override
+  public void createPartition(InternalRow ident, Map<String, String> properties) {
+    throw new UnsupportedOperationException(
+        "lance_partitioned: ALTER TABLE ADD PARTITION is not supported; a partition exists once a write puts rows in it");
+  }
+
+  @Override
+  public boolean dropPartition(InternalRow ident) {
+    throw new UnsupportedOperationException(
+        "lance_partitioned: ALTER TABLE DROP PARTITION is not supported; DELETE FROM <table> WHERE <identity partition "
+            + "columns> drops whole partitions from metadata");
+  }
+
+  @Override
+  public void replacePartitionMetadata(InternalRow ident, Map<String, String> properties) {
+    throw new UnsupportedOperationException("lance_partitioned: partitions have no properties");
+  }
+
+  @Override
+  public Map<String, String> loadPartitionMetadata(InternalRow ident) {
+    return Collections.emptyMap();
   }
 
   /** A hidden column of every row: its partition table, or its Lance row address there. */

@@ -21,12 +21,14 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, NamespaceAlreadyExists, NamespaceNotFound, SpecError, TableNotFound
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.identity_match import identity_everywhere
+from partitioning.plan.inspect import partition_type
 from partitioning.storage.history import version_at
 from partitioning.storage.lease_files import LEASE_DIR
 from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore
@@ -34,9 +36,10 @@ from partitioning.storage.orphans import remove_empty_dirs
 from partitioning.storage.paths import join_uri
 from partitioning.storage.roots import filesystem_of, resolve_root
 from partitioning.storage.unborn import purge_namespace, remove_manifest, table_dirs
-from pipelines.columns.schema import namespace_schema_from_spark
+from pipelines.columns.schema import namespace_schema_from_spark, spark_schema
 from pipelines.columns.spec_transforms import describe_partitioning, partition_spec
 from pipelines.jvm.alter import alter_table
+from pipelines.jvm.metadata import metadata_table, partition_values
 from pipelines.jvm.stage import plan_staged
 from pipelines.shared_roots import is_relative_path
 
@@ -61,6 +64,8 @@ def call_catalog(call: str, args: Mapping[str, Any], storage_options: Options) -
         "drop_table": drop_table,
         "alter_table": lambda a, o: alter_table(root_of(a), a.get("changes") or [], o),
         "stage_table": stage_table,
+        "metadata_table": lambda a, o: metadata_table(root_of(a), a, o),
+        "partition_values": lambda a, o: partition_values(root_of(a), a, o),
     }
     handler = handlers.get(call)
     if handler is None:
@@ -154,6 +159,7 @@ def describe(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
         "partitioning": describe_partitioning(spec, ns.namespace_schema),
         "identity": sorted(identity_everywhere(ns)),
         "cheap": _cheap_column(schema),
+        "partition_schema": spark_schema(pa.schema(list(partition_type(ns)))).json(),
         "properties": {
             "lance_partitioned.manifest_version": str(ns.manifest_version),
             "lance_partitioned.partition_spec": spec.to_json(),

@@ -1,0 +1,287 @@
+"""SQL statements that replace or overwrite a catalog table, failed at every step and run to success.
+
+Used by tests/test_sql_replace.py (classic ``local[2]``), tests/connect_scenarios.py (Spark
+Connect) and tests/cluster_scenarios.py (``local-cluster``), through ``spark.sql`` and
+``DataFrameWriterV2`` only. Each scenario makes its own table in the ``lance`` catalog,
+runs one statement that fails (in analysis, in a task, or at the commit) and returns
+``(label, got, want)`` checks: every ``__manifest`` version, the latest included, reads the
+same rows (read with plain pylance from each partition dataset at the version its row
+records) and the files that existed are byte for byte the same. Successful statements are
+checked against rows computed here in plain Python (pandas-free: the inputs are tiny).
+
+A commit-time failure is made for real: a Python UDF in one task changes the table's
+schema (as another session's ``ALTER TABLE`` would) while the statement runs, so the
+statement's commit finds the schema it planned on gone and commits nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import lance
+from pyspark.sql import functions as F
+
+Check = tuple[str, Any, Any]
+ROWS = [(1, "US", 10.0), (2, "DE", 20.0), (3, "FR", 30.0), (4, "US", 40.0), (5, "DE", 50.0), (6, "JP", 60.0)]
+
+
+def table_rows(root: str, version: int) -> list[tuple[Any, ...]]:
+    """The rows ``__manifest`` version ``version`` shows, read with plain pylance."""
+    manifest = lance.dataset(f"{root}/__manifest", version=version)
+    out = []
+    for row in manifest.to_table(filter="object_type = 'table'").to_pylist():
+        data = lance.dataset(f"{root}/{row['location']}", version=row["read_version"]).to_table()
+        out.extend(tuple(sorted(r.items())) for r in data.to_pylist())
+    return sorted(out, key=repr)
+
+
+def snapshot(root: str) -> tuple[dict[int, list[tuple[Any, ...]]], dict[str, str]]:
+    """Every readable version's rows, and the bytes (hashed) of every file outside ``__manifest``."""
+    manifest = lance.dataset(f"{root}/__manifest")
+    versions = {
+        v["version"]: table_rows(root, v["version"])
+        for v in manifest.versions()
+        if lance.dataset(f"{root}/__manifest", version=v["version"]).metadata
+    }
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath, name)
+            rel = str(path.relative_to(root))
+            if not rel.startswith("__manifest"):
+                files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return versions, files
+
+
+def latest(root: str) -> int:
+    return int(lance.dataset(f"{root}/__manifest").version)
+
+
+class Table:
+    """A fresh table ``lance.<ns>.<name>`` holding :data:`ROWS` after two inserts (three versions)."""
+
+    def __init__(self, spark: Any, warehouse: str, ns: str) -> None:
+        self.spark = spark
+        self.name = f"t_{uuid.uuid4().hex[:8]}"
+        self.ident = f"lance.{ns}.{self.name}"
+        self.root = os.path.join(warehouse, ns, self.name)
+        spark.sql(f"CREATE TABLE {self.ident} (id BIGINT, country STRING, amount DOUBLE) PARTITIONED BY (country)")
+        values = [f"({i}, '{c}', {a})" for i, c, a in ROWS]
+        spark.sql(f"INSERT INTO {self.ident} VALUES {', '.join(values[:4])}")
+        spark.sql(f"INSERT INTO {self.ident} VALUES {', '.join(values[4:])}")
+
+    def drop(self) -> None:
+        self.spark.sql(f"DROP TABLE IF EXISTS {self.ident} PURGE")
+
+
+def error_of(action: Callable[[], Any]) -> str:
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001 - any error is the statement's failure, reported as a check
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return "no error"
+
+
+def unchanged(label: str, t: Table, action: Callable[[], Any], error: str, *, altered: bool = False) -> Iterator[Check]:
+    """Run a failing ``action`` on ``t``: it fails with ``error`` in its first line, and every
+    version reads as before (with ``altered``, the concurrent schema change's own version
+    is the only new readable one, showing the same rows)."""
+    versions, files = snapshot(t.root)
+    message = error_of(action)
+    yield f"{label}: fails", error in message, True
+    after, now = snapshot(t.root)
+    yield f"{label}: every earlier version reads the same rows", {v: after.get(v) for v in versions}, versions
+    yield f"{label}: the latest version reads the same rows", after[max(after)], versions[max(versions)]
+    yield f"{label}: files written before are untouched", {k: now.get(k) for k in files}, files
+    if not altered:
+        yield f"{label}: no new readable version", sorted(after), sorted(versions)
+    rows = sorted(tuple(r) for r in t.spark.sql(f"SELECT id, country, amount FROM {t.ident}").collect())
+    yield f"{label}: Spark reads the same rows", rows, sorted(ROWS)
+
+
+def alter_in_a_task(spark: Any, root: str) -> Any:
+    """A UDF whose first call, in a task, adds a column to the table at ``root`` (another writer's
+    ``ALTER TABLE``); it returns its argument."""
+    marker = f"{root}.altered"
+
+    def alter(value):  # no type hints: Spark would read them as a pandas UDF's
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return value
+        os.close(fd)
+        from partitioning import PartitionedNamespace
+
+        PartitionedNamespace.load(root).add_columns({"concurrent": "int32"})
+        return value
+
+    return F.udf(alter, "double")
+
+
+# -- the scenarios ----------------------------------------------------------------------------------
+def failed_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
+    """REPLACE / CREATE OR REPLACE / writeTo().createOrReplace() failing in analysis, in a task, at the commit."""
+    analysis = {
+        "REPLACE with a bad cast (the issue's statement)": (
+            "REPLACE TABLE {t} PARTITIONED BY (country) AS SELECT id, country, CAST('x' AS INT) AS bad FROM {t}",
+            "CAST_INVALID_INPUT",
+        ),
+        "CREATE OR REPLACE with bucket(0, id)": (
+            "CREATE OR REPLACE TABLE {t} PARTITIONED BY (bucket(0, id)) AS SELECT * FROM {t}",
+            "num_buckets must be an integer >= 1, got 0",
+        ),
+        "CREATE OR REPLACE with days(ts)": (
+            "CREATE OR REPLACE TABLE {t} PARTITIONED BY (days(ts)) AS SELECT id, current_timestamp() AS ts FROM {t}",
+            "write day(ts)",
+        ),
+        "REPLACE with a table property": (
+            "REPLACE TABLE {t} PARTITIONED BY (country) TBLPROPERTIES ('x' = 'y') AS SELECT * FROM {t}",
+            "table property 'x' is not supported",
+        ),
+        "REPLACE without PARTITIONED BY": ("REPLACE TABLE {t} AS SELECT * FROM {t}", "needs PARTITIONED BY"),
+        "REPLACE with a failing task": (
+            "REPLACE TABLE {t} PARTITIONED BY (country) AS "
+            "SELECT id, country, IF(id = 5, raise_error('boom in a task'), amount) AS amount FROM {t}",
+            "boom in a task",
+        ),
+    }
+    for label, (sql, error) in analysis.items():
+        t = Table(spark, warehouse, ns)
+        yield from unchanged(label, t, lambda sql=sql, t=t: spark.sql(sql.format(t=t.ident)), error)
+        t.drop()
+
+    t = Table(spark, warehouse, ns)
+    failing = spark.table(t.ident).withColumn(
+        "amount", F.when(F.col("id") == 5, F.raise_error(F.lit("boom in createOrReplace"))).otherwise(F.col("amount"))
+    )
+    yield from unchanged(
+        "writeTo().createOrReplace() with a failing task",
+        t,
+        lambda: failing.writeTo(t.ident).partitionedBy(F.col("country")).createOrReplace(),
+        "boom in createOrReplace",
+    )
+    t.drop()
+
+    t = Table(spark, warehouse, ns)
+    alter = alter_in_a_task(spark, t.root)
+    yield from unchanged(
+        "REPLACE whose table changes schema while it runs (fails at the commit)",
+        t,
+        lambda: spark.table(t.ident)
+        .withColumn("amount", alter(F.col("amount")))
+        .writeTo(t.ident)
+        .partitionedBy(F.bucket(4, F.col("id")))
+        .replace(),
+        "changed while the replace ran",
+        altered=True,
+    )
+    t.drop()
+
+
+def failed_overwrites(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
+    """INSERT OVERWRITE (static, dynamic, a partition) and writeTo().overwrite() failing in a task or at the commit."""
+    statements = {
+        "INSERT OVERWRITE (static)": "INSERT OVERWRITE {t} SELECT id, country, {amount} FROM {t}",
+        "INSERT OVERWRITE ... PARTITION": (
+            "INSERT OVERWRITE {t} PARTITION (country = 'US') SELECT id, {amount} FROM {t} WHERE country = 'US'"
+        ),
+    }
+    for label, sql in statements.items():
+        t = Table(spark, warehouse, ns)
+        failing = sql.format(t=t.ident, amount="IF(id = 4, raise_error('boom in an overwrite'), amount) AS amount")
+        yield from unchanged(f"{label} with a failing task", t, lambda s=failing: spark.sql(s), "boom in an overwrite")
+        t.drop()
+
+    t = Table(spark, warehouse, ns)
+    alter = alter_in_a_task(spark, t.root)
+    yield from unchanged(
+        "writeTo().overwritePartitions() whose table changes schema while it runs",
+        t,
+        lambda: spark.table(t.ident).withColumn("amount", alter(F.col("amount"))).writeTo(t.ident).overwritePartitions(),
+        "changed while this write ran",
+        altered=True,
+    )
+    t.drop()
+
+
+def failed_creates(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
+    """CREATE TABLE ... AS SELECT and writeTo().create() that fail leave no table and no directory."""
+    source = Table(spark, warehouse, ns)
+    cases = {
+        "CTAS with a failing task": (
+            lambda name: spark.sql(
+                f"CREATE TABLE lance.{ns}.{name} PARTITIONED BY (country) AS "
+                f"SELECT id, country, IF(id = 2, raise_error('boom in a CTAS'), amount) AS amount FROM {source.ident}"
+            ),
+            "boom in a CTAS",
+        ),
+        "CTAS with a refused spec": (
+            lambda name: spark.sql(f"CREATE TABLE lance.{ns}.{name} PARTITIONED BY (hours(id)) AS SELECT 1L AS id"),
+            "write hour(id)",
+        ),
+        "writeTo().create() with a failing task": (
+            lambda name: spark.table(source.ident)
+            .withColumn("amount", F.when(F.col("id") == 6, F.raise_error(F.lit("boom in create"))).otherwise(1.0))
+            .writeTo(f"lance.{ns}.{name}")
+            .partitionedBy(F.col("country"))
+            .create(),
+            "boom in create",
+        ),
+    }
+    for label, (action, error) in cases.items():
+        name = f"c_{uuid.uuid4().hex[:8]}"
+        message = error_of(lambda action=action, name=name: action(name))
+        yield f"{label}: fails", error in message, True
+        tables = [r[1] for r in spark.sql(f"SHOW TABLES IN lance.{ns}").collect()]
+        yield f"{label}: no table", name in tables, False
+        yield f"{label}: no directory left", os.path.exists(os.path.join(warehouse, ns, name)), False
+        namespaces = [r[0] for r in spark.sql(f"SHOW NAMESPACES IN lance.{ns}").collect()]
+        yield f"{label}: no namespace appears in its place", any(name in n for n in namespaces), False
+    source.drop()
+
+
+def successful_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
+    """A replace shows the new rows and schema; VERSION / TIMESTAMP AS OF before it read the old ones."""
+    t = Table(spark, warehouse, ns)
+    before = latest(t.root)
+    when = spark.sql(f"SELECT max(timestamp) FROM lance.{ns}.{t.name}.history").collect()[0][0]
+    spark.sql(
+        f"REPLACE TABLE {t.ident} PARTITIONED BY (bucket(4, id)) AS "
+        f"SELECT id, country, amount * 2 AS amount, concat('n', id) AS note FROM {t.ident} WHERE id > 1"
+    )
+    want = sorted((i, c, a * 2, f"n{i}") for i, c, a in ROWS if i > 1)
+    got = sorted(tuple(r) for r in spark.sql(f"SELECT id, country, amount, note FROM {t.ident}").collect())
+    yield "REPLACE AS SELECT: the new rows", got, want
+    yield "REPLACE AS SELECT: the new columns", spark.table(t.ident).columns, ["id", "country", "amount", "note"]
+    yield "REPLACE AS SELECT: plain Lance reads the new rows", len(table_rows(t.root, latest(t.root))), len(want)
+    old = spark.sql(f"SELECT * FROM {t.ident} VERSION AS OF {before}")
+    yield "VERSION AS OF before the replace: old columns", old.columns, ["id", "country", "amount"]
+    yield "VERSION AS OF before the replace: old rows", sorted(tuple(r) for r in old.collect()), sorted(ROWS)
+    at = spark.sql(f"SELECT * FROM {t.ident} TIMESTAMP AS OF '{when.isoformat()}'")
+    yield "TIMESTAMP AS OF before the replace: old rows", sorted(tuple(r) for r in at.collect()), sorted(ROWS)
+    history = spark.sql(f"SELECT version, operation FROM lance.{ns}.{t.name}.history WHERE version > {before}")
+    yield "history: the replace is one operation", sorted({r.operation for r in history.collect()}), ["REPLACE"]
+
+    spark.sql(f"REPLACE TABLE {t.ident} (id BIGINT, country STRING) PARTITIONED BY (country)")
+    yield "REPLACE TABLE without AS SELECT: empty", spark.table(t.ident).count(), 0
+    rows = [(7, "NZ"), (8, "NZ"), (9, "AU")]
+    spark.createDataFrame(rows, "id long, country string").writeTo(t.ident).partitionedBy(
+        F.col("country")
+    ).createOrReplace()
+    got = sorted(tuple(r) for r in spark.table(t.ident).collect())
+    yield "writeTo().createOrReplace(): its rows", got, sorted(rows)
+    yield "the table's first rows stay readable", sorted(tuple(r) for r in old.collect()), sorted(ROWS)
+    t.drop()
+
+
+SCENARIOS = (failed_replaces, failed_overwrites, failed_creates, successful_replaces)
+
+
+def all_checks(spark: Any, warehouse: str, ns: str = "replaces") -> list[Check]:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lance.{ns}")
+    return [c for scenario in SCENARIOS for c in scenario(spark, warehouse, ns)]
