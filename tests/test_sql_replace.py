@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from pyspark.sql import SparkSession
-
 import replace_scenarios
+from pyspark.sql import SparkSession
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,8 @@ __all__ = [
     "evolve_schema",
     "rename_column",
     "widen_column",
+    "with_widened_column",
+    "without_column",
 ]
 
 ColumnsLike: TypeAlias = pa.Schema | pa.Field | Sequence[pa.Field] | Mapping[str, pa.DataType | str]
@@ -158,6 +160,12 @@ def rename_column(ns: ManifestHandle, old: str, new: str, *, max_retries: int) -
 
 def drop_column(ns: ManifestHandle, name: str, *, max_retries: int) -> NamespaceSchema:
     """Drop a column that no field of the current spec reads."""
+    dropped = Operation("EVOLVE_SCHEMA", {"change": "drop_column", "column": name})
+    return evolve_schema(ns, without_column(ns, name), max_retries=max_retries, operation=dropped)
+
+
+def without_column(ns: ManifestHandle, name: str) -> Callable[[NamespaceSchema], NamespaceSchema]:
+    """The schema change that drops ``name``, refused while a field of the current spec reads it."""
 
     def change(schema: NamespaceSchema) -> NamespaceSchema:
         fid = schema.id_of(name)
@@ -170,13 +178,20 @@ def drop_column(ns: ManifestHandle, name: str, *, max_retries: int) -> Namespace
                 )
         return schema.without(name)
 
-    dropped = Operation("EVOLVE_SCHEMA", {"change": "drop_column", "column": name})
-    return evolve_schema(ns, change, max_retries=max_retries, operation=dropped)
+    return change
 
 
 def widen_column(ns: ManifestHandle, name: str, new_type: pa.DataType | str, *, max_retries: int) -> NamespaceSchema:
     """Promote a column's type, unless a partition field of any spec version reads it."""
     target = parse_type(new_type) if isinstance(new_type, str) else new_type
+    widened = Operation("EVOLVE_SCHEMA", {"change": "widen_column", "column": name, "type": str(target)})
+    return evolve_schema(ns, with_widened_column(ns, name, target), max_retries=max_retries, operation=widened)
+
+
+def with_widened_column(
+    ns: ManifestHandle, name: str, target: pa.DataType
+) -> Callable[[NamespaceSchema], NamespaceSchema]:
+    """The schema change that widens ``name``, refused while a field of any spec version reads it."""
 
     def change(schema: NamespaceSchema) -> NamespaceSchema:
         fid = schema.id_of(name)
@@ -189,8 +204,7 @@ def widen_column(ns: ManifestHandle, name: str, new_type: pa.DataType | str, *, 
                     )
         return schema.with_widened(name, target)
 
-    widened = Operation("EVOLVE_SCHEMA", {"change": "widen_column", "column": name, "type": str(target)})
-    return evolve_schema(ns, change, max_retries=max_retries, operation=widened)
+    return change
 
 
 def evolve_schema(

@@ -56,8 +56,29 @@ def _remove_tree(root: str, uri: str, options: Options) -> None:
 
 
 def remove_manifest(root: str, options: Options) -> None:
-    """Delete ``__manifest`` (with its version hint) under ``root``: ``DROP TABLE`` without ``PURGE``."""
-    _remove_tree(root, join_uri(root, MANIFEST_DIR), options)
+    """Delete ``__manifest`` (with its version hint) under ``root``: ``DROP TABLE`` without ``PURGE``.
+
+    Stopped at any point (a crash, a store error), the table still reads as its latest version
+    or is gone, never an older version: the version files go first, oldest first and the
+    latest last (the moment the table goes), and only then the files they reference."""
+    uri = join_uri(root, MANIFEST_DIR)
+    contained(root, uri)
+    listed = table_files(uri, options)
+    if listed is None:
+        return
+    files = [f for f, _ in listed.files]
+    versions = sorted((v, f) for f in files if (v := _version_of(f)) is not None)
+    delete_files(root, [f for _, f in versions], options)
+    _remove_tree(root, uri, options)
+
+
+def _version_of(uri: str) -> int | None:
+    """The dataset version a ``_versions/*.manifest`` file records (either Lance naming), else None."""
+    parent, _, name = uri.rpartition("/")
+    stem, _, ext = name.partition(".")
+    if not parent.endswith("/_versions") or ext != "manifest" or not stem.isdigit():
+        return None
+    return 2**64 - 1 - int(stem) if len(stem) == 20 else int(stem)
 
 
 def remove_leases(root: str, options: Options) -> None:

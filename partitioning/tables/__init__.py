@@ -5,8 +5,9 @@ carries them to the driver, whose ``write`` commits them. ``rewrites`` deletes a
 in one commit (merge, update, replace_where). ``backfill`` computes columns beside each
 fragment's files and ``backfill_commit`` commits them (``backfill_columns``). Maintenance:
 ``maintenance`` (the report and manifest compaction), ``compaction``, ``deletes`` (partition
-drops and row deletes), ``vacuum`` and ``vacuum_deletions``. ``restore`` makes the namespace what an older version was; ``replace`` gives it a new schema, spec and
-rows in one step (``REPLACE TABLE ... AS SELECT``, an atomic create).
+drops and row deletes), ``vacuum`` and ``vacuum_deletions``. ``restore`` makes the namespace
+what an older version was; ``replace`` gives it a new schema, spec and rows in one step
+(``REPLACE TABLE ... AS SELECT``, an atomic create).
 
 May import: :mod:`partitioning.namespace` and everything below it. Imported by
 :mod:`pipelines` and the jobs; not by search or plan.

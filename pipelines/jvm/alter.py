@@ -1,10 +1,12 @@
 """``ALTER TABLE`` on a catalog table, through the namespace's own schema evolution.
 
-The JVM layer sends Spark's ``TableChange`` list as JSON; each change is one evolution of
-:class:`~partitioning.namespace.PartitionedNamespace` (its own ``__manifest`` commit, field
-ids kept or never reused): ``ADD COLUMN`` (nullable, top level), ``RENAME COLUMN``,
-``DROP COLUMN`` and ``ALTER COLUMN ... TYPE`` (widening). Anything else is refused in one
-line before any change is made.
+The JVM layer sends Spark's ``TableChange`` list as JSON: ``ADD COLUMN`` (nullable, top
+level), ``RENAME COLUMN``, ``DROP COLUMN`` and ``ALTER COLUMN ... TYPE`` (widening), each the
+namespace's own schema evolution (field ids kept or never reused). A statement's changes
+are applied to the schema one after another in memory and stored as ONE schema change
+(:func:`partitioning.state.evolution.evolve_schema`), so ``ALTER TABLE t DROP COLUMNS (a, b)``
+whose second change is refused changes nothing. Anything else is refused in one line
+before any change is made.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from pyspark.sql.types import DataType, StructField, StructType, _parse_datatype
 
 from partitioning.errors import InvalidInput, SchemaError
 from partitioning.namespace import PartitionedNamespace
+from partitioning.spec.schema import NamespaceSchema
+from partitioning.state.commits import DEFAULT_COMMIT_RETRIES
+from partitioning.state.evolution import coerce_columns, evolve_schema, with_widened_column, without_column
+from partitioning.storage.history import Operation
 from pipelines.columns.schema import spark_to_arrow_schema
 
 __all__ = ["alter_table"]
@@ -56,20 +62,26 @@ def alter_table(root: str, changes: Sequence[Mapping[str, Any]], options: Mappin
         else:
             raise InvalidInput(f"ALTER TABLE: {change.get('what', kind)} is not supported; supported: {_SUPPORTED}")
     ns = PartitionedNamespace.load(root, options)
-    for kind, name, arg in plan:
-        ns.refresh()
-        if kind == "add":
-            ns.add_columns({name: arg})
-        elif kind == "rename":
-            ns.rename_column(name, arg)
-        elif kind == "drop":
-            if name not in ns.schema.names:
-                if arg:
-                    continue
-                raise SchemaError(
-                    f"ALTER TABLE DROP COLUMN: no column {name!r}; columns are {', '.join(ns.schema.names)}"
-                )
-            ns.drop_column(name)
-        else:
-            ns.widen_column(name, arg)
+
+    def change(schema: NamespaceSchema) -> NamespaceSchema:
+        for kind, name, arg in plan:
+            if kind == "add":
+                schema = schema.with_columns(coerce_columns({name: arg}))
+            elif kind == "rename":
+                schema = schema.with_renamed(name, arg)
+            elif kind == "drop":
+                if name not in schema.arrow.names:
+                    if arg:
+                        continue
+                    raise SchemaError(
+                        f"ALTER TABLE DROP COLUMN: no column {name!r}; columns are {', '.join(schema.arrow.names)}"
+                    )
+                schema = without_column(ns, name)(schema)
+            else:
+                schema = with_widened_column(ns, name, arg)(schema)
+        return schema
+
+    shown = "; ".join(f"{kind} {name}" for kind, name, _ in plan)
+    operation = Operation("EVOLVE_SCHEMA", {"change": "alter_table", "changes": shown})
+    evolve_schema(ns, change, max_retries=DEFAULT_COMMIT_RETRIES, operation=operation)
     return {"version": ns.refresh().manifest_version}
