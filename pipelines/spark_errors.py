@@ -9,6 +9,7 @@ result is chained to Spark's exception.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from partitioning.errors import PartitioningError, SchemaError
 __all__ = [
     "ERROR_MARKER",
     "hide_worker_traceback",
+    "quiet_query_context_logs",
     "spark_error_line",
     "spark_errors",
     "translate_spark_error",
@@ -32,6 +34,20 @@ __all__ = [
 
 # Errors raised inside Spark tasks by Spark expressions carry this prefix.
 ERROR_MARKER = "lance_partitioned:"
+# PySpark's loggers that print a failed query's error again, as JSON with the Java stack,
+# before raising it (pyspark.errors.exceptions.base._log_exception)
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def quiet_query_context_logs() -> None:
+    """Keep PySpark from printing every failed query's error a second time (a JSON record with
+    the Java stack on stderr) before it raises it: the exception the caller gets carries the
+    same text, so a bad statement is one line. Only those two loggers are quieted, and they
+    are taken through PySpark's own logger class, which their records need."""
+    from pyspark.logger import PySparkLogger
+
+    for name in QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _worker_exception_line(text: str) -> str | None:

@@ -219,6 +219,15 @@ def main(work: str) -> int:
         timings["sql doors"] = time.monotonic() - t
 
         t = time.monotonic()
+        import replace_scenarios
+
+        replaces = replace_scenarios.across_doors(spark, os.path.join(work, "warehouse"))
+        check("replace scenarios ran", len(replaces) > 20, True)
+        for label, got, want in replaces:
+            check(f"replace: {label}", got, want)
+        timings["replaces"] = time.monotonic() - t
+
+        t = time.monotonic()
         # merge and update read their target in the executors' tasks (a merge keeps only the
         # rows the source's keys match there); the small-change path is off for this
         import pipelines.write.small as small

@@ -223,6 +223,27 @@ def sql_doors(spark: Any) -> None:
     check("a reused DataFrame prunes per scan", [ids(df.where("country = 'US'")), df.count()], [[0, 3, 6, 9], 9])
 
 
+def sql_replaces(spark: Any) -> None:
+    """Atomic REPLACE / CTAS through the JVM layer on the Connect server (tests/replace_scenarios.py)."""
+    import replace_scenarios
+
+    warehouse = os.path.abspath("warehouse")
+    try:
+        spark.sql("CREATE TABLE lance.db.bad PARTITIONED BY (bucket(0, id)) AS SELECT 1L AS id")
+        refused = "no error"
+    except Exception as exc:
+        refused = str(exc)
+    check(
+        "a project error is one line on Connect",
+        refused,
+        "[LANCE_SPEC_ERROR] bucket: num_buckets must be an integer >= 1, got 0",
+    )
+    checks = replace_scenarios.across_doors(spark, warehouse)
+    check("replace scenarios ran", len(checks) > 20, True)
+    for label, got, want in checks:
+        check(f"replace: {label}", got, want)
+
+
 def refusal(action: Callable[[], Any]) -> str:
     """The first line of the error ``action`` raises, without Spark's error class prefix."""
     try:
@@ -525,6 +546,7 @@ def main(workdir: str) -> None:
         writes,
         reads,
         sql_doors,
+        sql_replaces,
         source_writes,
         joins,
         relative_source_paths,

@@ -2,7 +2,8 @@
 
 Used by tests/test_sql_replace.py (classic ``local[2]``), tests/connect_scenarios.py (Spark
 Connect) and tests/cluster_scenarios.py (``local-cluster``), through ``spark.sql`` and
-``DataFrameWriterV2`` only. Each scenario makes its own table in the ``lance`` catalog,
+``DataFrameWriterV2`` only. Each scenario makes its own table in namespace ``ns``
+(``<catalog>.<namespace>``, a ``LanceCatalog`` whose warehouse is ``warehouse``),
 runs one statement that fails (in analysis, in a task, or at the commit) and returns
 ``(label, got, want)`` checks: every ``__manifest`` version, the latest included, reads the
 same rows (read with plain pylance from each partition dataset at the version its row
@@ -68,8 +69,8 @@ class Table:
     def __init__(self, spark: Any, warehouse: str, ns: str) -> None:
         self.spark = spark
         self.name = f"t_{uuid.uuid4().hex[:8]}"
-        self.ident = f"lance.{ns}.{self.name}"
-        self.root = os.path.join(warehouse, ns, self.name)
+        self.ident = f"{ns}.{self.name}"
+        self.root = os.path.join(warehouse, *ns.split(".")[1:], self.name)
         spark.sql(f"CREATE TABLE {self.ident} (id BIGINT, country STRING, amount DOUBLE) PARTITIONED BY (country)")
         values = [f"({i}, '{c}', {a})" for i, c, a in ROWS]
         spark.sql(f"INSERT INTO {self.ident} VALUES {', '.join(values[:4])}")
@@ -82,7 +83,7 @@ class Table:
 def error_of(action: Callable[[], Any]) -> str:
     try:
         action()
-    except Exception as exc:  # noqa: BLE001 - any error is the statement's failure, reported as a check
+    except Exception as exc:  # any error is the statement's failure, reported as a check
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return "no error"
 
@@ -124,8 +125,9 @@ def alter_in_a_task(spark: Any, root: str) -> Any:
 
 
 # -- the scenarios ----------------------------------------------------------------------------------
-def failed_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
-    """REPLACE / CREATE OR REPLACE / writeTo().createOrReplace() failing in analysis, in a task, at the commit."""
+def failed_replaces(spark: Any, warehouse: str, ns: str, *, every: bool = True) -> Iterator[Check]:
+    """REPLACE / CREATE OR REPLACE / writeTo().createOrReplace() failing in analysis, in a task, at
+    the commit (without ``every``: the issue's statement, a task's failure and the commit's)."""
     analysis = {
         "REPLACE with a bad cast (the issue's statement)": (
             "REPLACE TABLE {t} PARTITIONED BY (country) AS SELECT id, country, CAST('x' AS INT) AS bad FROM {t}",
@@ -150,10 +152,14 @@ def failed_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
             "boom in a task",
         ),
     }
-    for label, (sql, error) in analysis.items():
+    chosen = analysis if every else {k: v for k, v in analysis.items() if "issue" in k or "task" in k}
+    for label, (sql, error) in chosen.items():
         t = Table(spark, warehouse, ns)
         yield from unchanged(label, t, lambda sql=sql, t=t: spark.sql(sql.format(t=t.ident)), error)
         t.drop()
+    if not every:
+        yield from _failed_at_the_commit(spark, warehouse, ns)
+        return
 
     t = Table(spark, warehouse, ns)
     failing = spark.table(t.ident).withColumn(
@@ -166,17 +172,22 @@ def failed_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
         "boom in createOrReplace",
     )
     t.drop()
+    yield from _failed_at_the_commit(spark, warehouse, ns)
 
+
+def _failed_at_the_commit(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
     t = Table(spark, warehouse, ns)
     alter = alter_in_a_task(spark, t.root)
     yield from unchanged(
         "REPLACE whose table changes schema while it runs (fails at the commit)",
         t,
-        lambda: spark.table(t.ident)
-        .withColumn("amount", alter(F.col("amount")))
-        .writeTo(t.ident)
-        .partitionedBy(F.bucket(4, F.col("id")))
-        .replace(),
+        lambda: (
+            spark.table(t.ident)
+            .withColumn("amount", alter(F.col("amount")))
+            .writeTo(t.ident)
+            .partitionedBy(F.bucket(4, F.col("id")))
+            .replace()
+        ),
         "changed while the replace ran",
         altered=True,
     )
@@ -202,7 +213,9 @@ def failed_overwrites(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
     yield from unchanged(
         "writeTo().overwritePartitions() whose table changes schema while it runs",
         t,
-        lambda: spark.table(t.ident).withColumn("amount", alter(F.col("amount"))).writeTo(t.ident).overwritePartitions(),
+        lambda: (
+            spark.table(t.ident).withColumn("amount", alter(F.col("amount"))).writeTo(t.ident).overwritePartitions()
+        ),
         "changed while this write ran",
         altered=True,
     )
@@ -215,21 +228,23 @@ def failed_creates(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
     cases = {
         "CTAS with a failing task": (
             lambda name: spark.sql(
-                f"CREATE TABLE lance.{ns}.{name} PARTITIONED BY (country) AS "
+                f"CREATE TABLE {ns}.{name} PARTITIONED BY (country) AS "
                 f"SELECT id, country, IF(id = 2, raise_error('boom in a CTAS'), amount) AS amount FROM {source.ident}"
             ),
             "boom in a CTAS",
         ),
         "CTAS with a refused spec": (
-            lambda name: spark.sql(f"CREATE TABLE lance.{ns}.{name} PARTITIONED BY (hours(id)) AS SELECT 1L AS id"),
+            lambda name: spark.sql(f"CREATE TABLE {ns}.{name} PARTITIONED BY (hours(id)) AS SELECT 1L AS id"),
             "write hour(id)",
         ),
         "writeTo().create() with a failing task": (
-            lambda name: spark.table(source.ident)
-            .withColumn("amount", F.when(F.col("id") == 6, F.raise_error(F.lit("boom in create"))).otherwise(1.0))
-            .writeTo(f"lance.{ns}.{name}")
-            .partitionedBy(F.col("country"))
-            .create(),
+            lambda name: (
+                spark.table(source.ident)
+                .withColumn("amount", F.when(F.col("id") == 6, F.raise_error(F.lit("boom in create"))).otherwise(1.0))
+                .writeTo(f"{ns}.{name}")
+                .partitionedBy(F.col("country"))
+                .create()
+            ),
             "boom in create",
         ),
     }
@@ -237,10 +252,10 @@ def failed_creates(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
         name = f"c_{uuid.uuid4().hex[:8]}"
         message = error_of(lambda action=action, name=name: action(name))
         yield f"{label}: fails", error in message, True
-        tables = [r[1] for r in spark.sql(f"SHOW TABLES IN lance.{ns}").collect()]
+        tables = [r[1] for r in spark.sql(f"SHOW TABLES IN {ns}").collect()]
         yield f"{label}: no table", name in tables, False
-        yield f"{label}: no directory left", os.path.exists(os.path.join(warehouse, ns, name)), False
-        namespaces = [r[0] for r in spark.sql(f"SHOW NAMESPACES IN lance.{ns}").collect()]
+        yield f"{label}: no directory left", os.path.exists(os.path.join(warehouse, *ns.split(".")[1:], name)), False
+        namespaces = [r[0] for r in spark.sql(f"SHOW NAMESPACES IN {ns}").collect()]
         yield f"{label}: no namespace appears in its place", any(name in n for n in namespaces), False
     source.drop()
 
@@ -249,7 +264,7 @@ def successful_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
     """A replace shows the new rows and schema; VERSION / TIMESTAMP AS OF before it read the old ones."""
     t = Table(spark, warehouse, ns)
     before = latest(t.root)
-    when = spark.sql(f"SELECT max(timestamp) FROM lance.{ns}.{t.name}.history").collect()[0][0]
+    when = spark.sql(f"SELECT max(timestamp) FROM {t.ident}.history").collect()[0][0]
     spark.sql(
         f"REPLACE TABLE {t.ident} PARTITIONED BY (bucket(4, id)) AS "
         f"SELECT id, country, amount * 2 AS amount, concat('n', id) AS note FROM {t.ident} WHERE id > 1"
@@ -264,7 +279,7 @@ def successful_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
     yield "VERSION AS OF before the replace: old rows", sorted(tuple(r) for r in old.collect()), sorted(ROWS)
     at = spark.sql(f"SELECT * FROM {t.ident} TIMESTAMP AS OF '{when.isoformat()}'")
     yield "TIMESTAMP AS OF before the replace: old rows", sorted(tuple(r) for r in at.collect()), sorted(ROWS)
-    history = spark.sql(f"SELECT version, operation FROM lance.{ns}.{t.name}.history WHERE version > {before}")
+    history = spark.sql(f"SELECT version, operation FROM {t.ident}.history WHERE version > {before}")
     yield "history: the replace is one operation", sorted({r.operation for r in history.collect()}), ["REPLACE"]
 
     spark.sql(f"REPLACE TABLE {t.ident} (id BIGINT, country STRING) PARTITIONED BY (country)")
@@ -282,6 +297,12 @@ def successful_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
 SCENARIOS = (failed_replaces, failed_overwrites, failed_creates, successful_replaces)
 
 
-def all_checks(spark: Any, warehouse: str, ns: str = "replaces") -> list[Check]:
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lance.{ns}")
-    return [c for scenario in SCENARIOS for c in scenario(spark, warehouse, ns)]
+def across_doors(spark: Any, warehouse: str, ns: str = "lance.replaces") -> list[Check]:
+    """What Spark Connect and ``local-cluster`` run: a replace failing in analysis, in a task and
+    at the commit, a failed create, and a successful replace with time travel before it.
+    ``ns``: ``<catalog>.<namespace>``, the catalog's warehouse at ``warehouse``."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
+    checks = list(failed_replaces(spark, warehouse, ns, every=False))
+    checks += failed_creates(spark, warehouse, ns)
+    checks += successful_replaces(spark, warehouse, ns)
+    return checks

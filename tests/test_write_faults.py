@@ -118,7 +118,7 @@ def test_retried_job_with_the_same_write_id_adds_nothing(spark, seeded):
     first = write_partitioned(_events(spark, 700, 50), seeded, write_id="job-42")
     again = write_partitioned(_events(spark, 700, 50), seeded, write_id="job-42")
     assert first.skipped is None and first.rows_written == 50
-    assert again.skipped == "write_id 'job-42' was already committed"
+    assert again.skipped == f"write_id 'job-42' was already committed at __manifest v{first.manifest_version}"
     assert Counter(_visible_ids(seeded))[700] == 1
     assert len(_visible_ids(seeded)) == 170
 

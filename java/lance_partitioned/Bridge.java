@@ -90,7 +90,7 @@ final class Bridge {
 
   /** Run {@code schema()} of a fresh source with these options; the JSON answer. */
   static JsonNode ask(Map<String, String> options) {
-    StructType answer = source().inferSchema(new CaseInsensitiveStringMap(options));
+    StructType answer = LanceSqlError.guarded(() -> source().inferSchema(new CaseInsensitiveStringMap(options)));
     return parse(answer);
   }
 
@@ -135,12 +135,15 @@ final class Bridge {
     Map<String, String> plain = plain(options);
     PythonDataSourceV2 python = source();
     CaseInsensitiveStringMap o = new CaseInsensitiveStringMap(plain);
-    org.apache.spark.sql.connector.catalog.Table t =
-        python.getTable(python.inferSchema(o), new org.apache.spark.sql.connector.expressions.Transform[0], plain);
-    return ((org.apache.spark.sql.connector.catalog.SupportsRead) t)
-        .newScanBuilder(o)
-        .build()
-        .toMicroBatchStream(checkpointLocation);
+    return LanceSqlError.guarded(
+        () -> {
+          org.apache.spark.sql.connector.catalog.Table t =
+              python.getTable(python.inferSchema(o), new org.apache.spark.sql.connector.expressions.Transform[0], plain);
+          return ((org.apache.spark.sql.connector.catalog.SupportsRead) t)
+              .newScanBuilder(o)
+              .build()
+              .toMicroBatchStream(checkpointLocation);
+        });
   }
 
   /** Read options only a stream takes (pipelines/source/stream_reader.py). */
@@ -150,7 +153,7 @@ final class Bridge {
   static void refuseStreamOptions(Map<String, String> options) {
     for (String key : options.keySet()) {
       if (STREAM_ONLY.contains(key.toLowerCase(java.util.Locale.ROOT))) {
-        throw new IllegalArgumentException(
+        throw LanceSqlError.invalid(
             "lance_partitioned: option " + key + " is for spark.readStream only; a batch read takes versionAsOf "
                 + "or timestampAsOf");
       }

@@ -50,59 +50,15 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
   private String name;
   private String warehouse;
   private Map<String, String> storage = Collections.emptyMap();
-  /** The last description of each table loaded at its latest version (a few hundred at most). */
-  private final Map<String, Seen> described =
-      Collections.synchronizedMap(
-          new LinkedHashMap<String, Seen>(16, 0.75f, true) {
-            private static final long serialVersionUID = 1L;
-
-            @Override
-            protected boolean removeEldestEntry(Map.Entry<String, Seen> eldest) {
-              return size() > 256;
-            }
-          });
-
-  /** A description and the {@link ManifestVersions#latest} it describes. */
-  private static final class Seen {
-    final JsonNode answer;
-    final String latest;
-
-    Seen(JsonNode answer, String latest) {
-      this.answer = answer;
-      this.latest = latest;
-    }
-  }
-
-  /**
-   * The description of a table loaded before, when its {@code __manifest}'s latest version
-   * file is still the one described: a local root's {@code __manifest/_versions} listing
-   * says so without the Python round trip. Null when unknown (another store, a newer version).
-   */
-  private JsonNode current(String key) {
-    Seen seen = described.get(key);
-    if (seen == null) {
-      return null;
-    }
-    String latest = ManifestVersions.latest(seen.answer.path("root").asText(""));
-    return seen.latest.equals(latest) ? seen.answer : null;
-  }
-
-  /** Keep a description when the latest version file, listed after it, is the one it read. */
-  private void remember(String key, JsonNode answer) {
-    String latest = ManifestVersions.latest(answer.path("root").asText(""));
-    if (latest != null && ManifestVersions.version(latest) == answer.path("version").asLong(-1)) {
-      described.put(key, new Seen(answer, latest));
-    } else {
-      described.remove(key);
-    }
-  }
+  /** The last description of each table loaded at its latest version. */
+  private final Descriptions described = new Descriptions();
 
   @Override
   public void initialize(String catalogName, CaseInsensitiveStringMap options) {
     name = catalogName;
     warehouse = options.get("warehouse");
     if (warehouse == null || warehouse.isEmpty()) {
-      throw new IllegalArgumentException(
+      throw LanceSqlError.invalid(
           "lance_partitioned: catalog " + catalogName + " needs spark.sql.catalog." + catalogName + ".warehouse=<root>");
     }
     Map<String, String> opts = new HashMap<>();
@@ -113,7 +69,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
     }
     storage = Collections.unmodifiableMap(opts);
     if (!Bridge.compatible()) {
-      throw new IllegalStateException(
+      throw LanceSqlError.unsupported(
           "lance_partitioned: catalog " + catalogName + " needs Spark " + Bridge.COMPILED_FOR + " (this jar's)");
     }
   }
@@ -155,7 +111,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
 
   private Table load(Identifier ident, Map<String, Object> extra) throws NoSuchTableException {
     String key = extra.isEmpty() ? ident.toString() : null;
-    JsonNode d = key != null ? current(key) : null;
+    JsonNode d = key != null ? described.current(key) : null;
     if (d == null) {
       Map<String, Object> args = at(ident);
       args.putAll(extra);
@@ -169,7 +125,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
         throw new NoSuchTableException(ident);
       }
       if (key != null) {
-        remember(key, d);
+        described.remember(key, d);
       }
     }
     Described described = Described.of(d);
@@ -219,7 +175,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
 
   private Table create(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
       throws TableAlreadyExistsException {
-    described.remove(ident.toString());
+    described.forget(ident.toString());
     Map<String, Object> args = at(ident);
     args.put("schema", schema.json());
     args.put("partitioning", transforms(partitions));
@@ -324,7 +280,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
   private StagedTable stage(
       Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties, String kind)
       throws TableAlreadyExistsException, NoSuchTableException {
-    described.remove(ident.toString());
+    described.forget(ident.toString());
     Map<String, Object> args = at(ident);
     args.put("schema", schema.json());
     args.put("partitioning", transforms(partitions));
@@ -379,7 +335,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
     }
     Map<String, Object> args = at(ident);
     args.put("changes", list);
-    described.remove(ident.toString());
+    described.forget(ident.toString());
     call("alter_table", args);
     return loadTable(ident);
   }
@@ -426,7 +382,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
   }
 
   private boolean drop(Identifier ident, boolean purge) {
-    described.remove(ident.toString());
+    described.forget(ident.toString());
     Map<String, Object> args = at(ident);
     args.put("purge", purge);
     return call("drop_table", args).path("dropped").asBoolean(false);
@@ -434,7 +390,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
 
   @Override
   public void renameTable(Identifier from, Identifier to) {
-    throw new UnsupportedOperationException(
+    throw LanceSqlError.unsupported(
         "lance_partitioned: RENAME TABLE is not supported (a table is its directory under the warehouse)");
   }
 
@@ -481,7 +437,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
 
   @Override
   public void alterNamespace(String[] namespace, NamespaceChange... changes) {
-    throw new UnsupportedOperationException("lance_partitioned: namespaces have no properties to alter");
+    throw LanceSqlError.unsupported("lance_partitioned: namespaces have no properties to alter");
   }
 
   @Override

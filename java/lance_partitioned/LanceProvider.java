@@ -7,6 +7,7 @@ import java.util.HashSet;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
@@ -27,6 +28,12 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
   static final Set<String> PYTHON_PLANNED =
       new HashSet<>(Arrays.asList("nearest", "columns", "with_row_address", "object_ids", "filter", "prune_filter"));
   private JsonNode described; // this lookup's describe call, shared by inferSchema and getTable
+  /**
+   * Answers at a root's latest version, shared by every lookup in this JVM: Spark makes a new
+   * provider for each load of a session catalog table and loads it twice a query (analysis,
+   * then {@code QueryExecution.tableVersionsRefreshed}), which cost two Python calls a query.
+   */
+  private static final Descriptions LATEST = new Descriptions();
 
   @Override
   public String shortName() {
@@ -62,13 +69,13 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
       String path = rootOf(lower);
       if (path == null || path.isEmpty()) {
         if (lower.containsKey("provider")) {
-          throw new IllegalArgumentException(
+          throw LanceSqlError.invalid(
               "lance_partitioned: CREATE TABLE ... USING lance_partitioned needs LOCATION '<namespace root>' "
                   + "(Spark's session catalog keeps no managed lance_partitioned tables); or use the project's "
                   + "catalog: spark.sql.catalog.lance=lance_partitioned.LanceCatalog, "
                   + "spark.sql.catalog.lance.warehouse=<root>, then CREATE TABLE lance.db.t ...");
         }
-        throw new IllegalArgumentException("lance_partitioned: load(path) is required: the namespace root");
+        throw LanceSqlError.invalid("lance_partitioned: load(path) is required: the namespace root");
       }
       Map<String, Object> args = new HashMap<>();
       args.put("root", path);
@@ -83,7 +90,18 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
       }
       args.put("master", Bridge.master());
       args.put("connect", Bridge.connect());
+      boolean latest = !args.containsKey("version") && !args.containsKey("timestamp_text");
+      String key =
+          latest ? Bridge.write(new TreeMap<>(args)) + Bridge.write(new TreeMap<>(Bridge.storageOptions(options))) : null;
+      JsonNode seen = key != null ? LATEST.current(key) : null;
+      if (seen != null) {
+        described = seen;
+        return described;
+      }
       described = Bridge.call("describe", args, options);
+      if (key != null) {
+        LATEST.remember(key, described);
+      }
     }
     return described;
   }
@@ -108,7 +126,7 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
     // DataFrameWriter.partitionBy(...): Spark checks it against the table's partitioning
     if (snapshot != null) {
       if (!Arrays.equals(partitioning, snapshot.partitioning)) {
-        throw new IllegalArgumentException(
+        throw LanceSqlError.invalid(
             "lance_partitioned: the namespace at " + path + " is partitioned as " + shown(snapshot.partitioning)
                 + ", not " + shown(partitioning) + "; drop .partitionBy() to write with its spec "
                 + "(change the spec with evolve_partition_spec or ALTER TABLE ... ADD PARTITION FIELD)");
@@ -118,7 +136,7 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
     String by = partitionBy(partitioning);
     String given = lower.get("partition_by");
     if (given != null && !given.replace(" ", "").equals(by.replace(" ", ""))) {
-      throw new IllegalArgumentException(
+      throw LanceSqlError.invalid(
           "lance_partitioned: .partitionBy(" + by.replace("; ", ", ") + ") and option partition_by '" + given
               + "' disagree; give one of them");
     }
@@ -131,7 +149,7 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
     StringBuilder out = new StringBuilder();
     for (Transform t : partitioning) {
       if (!"identity".equals(t.name()) || t.references().length != 1) {
-        throw new IllegalArgumentException(
+        throw LanceSqlError.invalid(
             "lance_partitioned: .partitionBy() takes column names; for transforms use option partition_by, "
                 + "e.g. .option('partition_by', 'day(ts); bucket[16](user_id)'), not " + t.describe());
       }

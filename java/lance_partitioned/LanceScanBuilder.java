@@ -110,7 +110,7 @@ final class LanceScanBuilder
       opts.put("lp.inline", read.json()); // a small plan answers with its rows
     }
     PythonDataSourceV2 ds = Bridge.source();
-    JsonNode plan = Bridge.parse(ds.inferSchema(new CaseInsensitiveStringMap(opts)));
+    JsonNode plan = Bridge.parse(LanceSqlError.guarded(() -> ds.inferSchema(new CaseInsensitiveStringMap(opts))));
     String summary = plan.get("summary").asText();
     Bridge.LOG.info(summary.replaceFirst("^lance_partitioned: ", ""));
     String pushed = describe(exact);
@@ -126,7 +126,7 @@ final class LanceScanBuilder
     }
     opts.remove("lp.inline");
     Table python = ds.getTable(read, new Transform[0], opts);
-    Scan inner = ((SupportsRead) python).newScanBuilder(new CaseInsensitiveStringMap(opts)).build();
+    Scan inner = LanceSqlError.guarded(() -> ((SupportsRead) python).newScanBuilder(new CaseInsensitiveStringMap(opts)).build());
     return new LanceScan(inner, table.root, summary, pushed, pruning, options);
   }
 

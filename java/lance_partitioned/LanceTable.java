@@ -83,7 +83,7 @@ final class LanceTable
 
   Described require() {
     if (described == null) {
-      throw new IllegalArgumentException("lance_partitioned: no namespace at " + root + "; write to it first");
+      throw LanceSqlError.invalid("lance_partitioned: no namespace at " + root + "; write to it first");
     }
     return described;
   }
@@ -156,7 +156,7 @@ final class LanceTable
       }
       PythonDataSourceV2 python = Bridge.source();
       CaseInsensitiveStringMap o = new CaseInsensitiveStringMap(opts);
-      Table t = python.getTable(python.inferSchema(o), new Transform[0], opts);
+      Table t = python.getTable(LanceSqlError.guarded(() -> python.inferSchema(o)), new Transform[0], opts);
       return ((SupportsRead) t).newScanBuilder(o);
     }
     return new LanceScanBuilder(this, opts, null);
@@ -239,20 +239,20 @@ final class LanceTable
 
   @Override
   public void createPartition(InternalRow ident, Map<String, String> properties) {
-    throw new UnsupportedOperationException(
+    throw LanceSqlError.unsupported(
         "lance_partitioned: ALTER TABLE ADD PARTITION is not supported; a partition exists once a write puts rows in it");
   }
 
   @Override
   public boolean dropPartition(InternalRow ident) {
-    throw new UnsupportedOperationException(
+    throw LanceSqlError.unsupported(
         "lance_partitioned: ALTER TABLE DROP PARTITION is not supported; DELETE FROM <table> WHERE <identity partition "
             + "columns> drops whole partitions from metadata");
   }
 
   @Override
   public void replacePartitionMetadata(InternalRow ident, Map<String, String> properties) {
-    throw new UnsupportedOperationException("lance_partitioned: partitions have no properties");
+    throw LanceSqlError.unsupported("lance_partitioned: partitions have no properties");
   }
 
   @Override

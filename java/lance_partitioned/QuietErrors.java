@@ -28,7 +28,7 @@ import org.apache.spark.api.plugin.SparkPlugin;
  */
 public final class QuietErrors implements SparkPlugin {
   /** What a project error carries: its Python class or the message prefix of its JVM checks. */
-  static final String[] MARKERS = {"partitioning.errors.", "lance_partitioned:", "lance_partitioned.Lance"};
+  static final String[] MARKERS = {"partitioning.errors.", "lance_partitioned:", "lance_partitioned.Lance", "[LANCE_"};
 
   private static final Set<Configuration> INSTALLED = Collections.newSetFromMap(new IdentityHashMap<>());
 

@@ -32,7 +32,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from partitioning.errors import InvalidInput, translate_lance_errors
+from partitioning.errors import InvalidInput, PartitioningError, translate_lance_errors
 from partitioning.sql.timezones import as_utc, resolve_zone
 from partitioning.storage.manifest import ManifestStore
 
@@ -47,6 +47,7 @@ __all__ = [
     "operation_of",
     "parse_instant",
     "version_at",
+    "version_of_write",
 ]
 
 OPERATION_KEY = "lance_partitioned.operation"
@@ -181,6 +182,23 @@ def operation_of(ds: lance.LanceDataset, version: int) -> tuple[str, Mapping[str
     if recorded is None:
         return UNKNOWN, {"lance_operation": type(txn.operation).__name__}, {}
     return recorded.name, recorded.parameters, recorded.metrics
+
+
+def version_of_write(
+    root: str, write_id: str, *, storage_options: Mapping[str, str] | None = None, limit: int = 1000
+) -> int | None:
+    """The newest ``__manifest`` version whose commit recorded ``write_id`` (among the last
+    ``limit`` versions, newest first), or None."""
+    latest = ManifestStore(root, storage_options).dataset()
+    newest = int(latest.version)
+    for version in range(newest, max(0, newest - limit), -1):
+        try:
+            _, params, _ = operation_of(latest, version)
+        except PartitioningError:
+            continue  # vacuumed
+        if params.get("write_id") == write_id:
+            return version
+    return None
 
 
 def parse_instant(value: dt.datetime | dt.date | str, time_zone: str | None) -> dt.datetime:

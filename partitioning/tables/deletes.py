@@ -26,7 +26,7 @@ from partitioning.storage.history import Operation
 from partitioning.tables.maintenance import COMMIT_ATTEMPTS, MaintenanceReport, as_namespace, open_recorded
 from partitioning.tables.rewrites import PARALLEL_COMMITS, delete_and_append
 
-__all__ = ["RowMatcher", "delete_rows", "drop_partitions", "whole_partitions"]
+__all__ = ["RowMatcher", "delete_rows", "drop_partitions", "rows_matching", "whole_partitions"]
 
 
 RowMatcher = Callable[[pa.Table, str], list[int]]
@@ -143,8 +143,17 @@ def rows_to_delete_datafusion(
 ) -> dict[str, list[int]]:
     """Row addresses per table that ``filter_sql`` (DataFusion SQL) selects, read with the
     namespace's reconciliation (renamed columns by id, missing ones as NULL)."""
+    needed = referenced_columns(filter_sql, ns.namespace_schema.arrow.names, False, Dialect.datafusion())
+    return rows_matching(ns, tasks, needed, lambda view: matching_rows(view, filter_sql))
+
+
+def rows_matching(
+    ns: PartitionedNamespace, tasks: Sequence[ScanTask], needed: Sequence[str], match: Callable[[pa.Table], list[int]]
+) -> dict[str, list[int]]:
+    """Row addresses per table of the rows ``match`` selects (indexes into a table of the
+    ``needed`` columns, read with the namespace's reconciliation: renamed columns by id,
+    missing ones as NULL)."""
     schema = ns.namespace_schema
-    needed = referenced_columns(filter_sql, schema.arrow.names, False, Dialect.datafusion())
     out: dict[str, list[int]] = {}
     for task in tasks:
         assert task.read_version is not None
@@ -153,7 +162,7 @@ def rows_to_delete_datafusion(
         with translate_lance_errors(f"scan partition table {task.object_id}", missing=CorruptNamespace):
             table = ds.to_table(columns=[mapping[c] for c in needed if c in mapping], with_row_address=True)
         view = reconcile(table, mapping, needed, schema, task.object_id)
-        rows = matching_rows(view, filter_sql)
+        rows = match(view)
         if rows:
             out[task.object_id] = table.column("_rowaddr").take(pa.array(rows, pa.int64())).to_pylist()
     return out

@@ -16,6 +16,7 @@ are never read, so a crash before the manifest commit leaves nothing visible.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -32,7 +33,7 @@ from partitioning.spec.vectors import as_lists, is_ml_vector_type, is_vector_typ
 from partitioning.state.commit_rows import check_partition_value_sizes
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS, commit_version
 from partitioning.storage.guard import Guard, guarded
-from partitioning.storage.history import Operation
+from partitioning.storage.history import Operation, version_of_write
 from partitioning.storage.intents import Intent
 from partitioning.storage.paths import check_namespace_root, table_uri
 from partitioning.tables.fragments import (
@@ -53,6 +54,7 @@ __all__ = [
     "write_table",
 ]
 
+_log = logging.getLogger("lance_partitioned")
 WriteMode = Literal["append", "overwrite", "overwrite_partitions"]
 WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "overwrite_partitions", "error", "ignore")
 # Dataset commits of one write run this many at a time (pylance releases the GIL).
@@ -85,12 +87,16 @@ class CommitResult:
 
 
 def already_committed(ns: PartitionedNamespace, mode: str, write_id: str | None) -> CommitResult | None:
-    """A skipped result when ``write_id`` was committed before (``ns`` must be fresh)."""
+    """A skipped result when ``write_id`` was committed before (``ns`` must be fresh), logged
+    in one INFO line naming the id and the version that committed it (Delta's ``txnAppId``
+    rule: a write id commits once, whatever rows a later write under it carries)."""
     if write_id is None or not ns.write_id_committed(write_id):
         return None
-    return CommitResult(
-        ns.root, mode, ns.manifest_version, write_id=write_id, skipped=f"write_id {write_id!r} was already committed"
-    )
+    at = version_of_write(ns.root, write_id, storage_options=ns.storage_options)
+    where = f"at __manifest v{at}" if at is not None else "in an earlier __manifest version"
+    _log.info("write_id %r was committed %s; this write to %s commits nothing", write_id, where, ns.root)
+    skipped = f"write_id {write_id!r} was already committed {where}"
+    return CommitResult(ns.root, mode, ns.manifest_version, write_id=write_id, skipped=skipped)
 
 
 def commit_write(

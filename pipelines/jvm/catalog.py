@@ -29,7 +29,7 @@ from partitioning.errors import InvalidInput, NamespaceAlreadyExists, NamespaceN
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.identity_match import identity_everywhere
 from partitioning.plan.inspect import partition_type
-from partitioning.storage.history import version_at
+from partitioning.storage.history import version_at, version_of_write
 from partitioning.storage.lease_files import LEASE_DIR
 from partitioning.storage.manifest import MANIFEST_DIR, ManifestStore
 from partitioning.storage.orphans import remove_empty_dirs
@@ -66,6 +66,7 @@ def call_catalog(call: str, args: Mapping[str, Any], storage_options: Options) -
         "stage_table": stage_table,
         "metadata_table": lambda a, o: metadata_table(root_of(a), a, o),
         "partition_values": lambda a, o: partition_values(root_of(a), a, o),
+        "write_id_version": write_id_version,
     }
     handler = handlers.get(call)
     if handler is None:
@@ -204,6 +205,17 @@ def stage_table(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
         remove_dropped_table(root, options)
     replacement = plan_staged(root, args, options)
     return {"root": replacement.root, "creates": replacement.creates}
+
+
+def write_id_version(args: Mapping[str, Any], options: Options) -> dict[str, Any]:
+    """Whether a write id was committed before, and at which ``__manifest`` version (-1: older than
+    the history searched): a write under it commits nothing, which the JVM layer logs."""
+    ns = PartitionedNamespace.load(root_of(args), options)
+    write_id = str(args["write_id"])
+    if not ns.write_id_committed(write_id):
+        return {"committed": False}
+    at = version_of_write(ns.root, write_id, storage_options=ns.storage_options)
+    return {"committed": True, "version": at if at is not None else -1}
 
 
 def check_properties(args: Mapping[str, Any], root: str) -> None:

@@ -11,6 +11,12 @@
   vectors plus the new fragments) and ONE ``__manifest`` commit
   (:func:`partitioning.tables.rewrites.commit_rewrite`), refused when a table the statement read
   changed since (``lp.read``: the scan's tables and versions).
+- ``replace``: ``INSERT OVERWRITE ... PARTITION`` / ``writeTo(t).overwrite(condition)``: with a
+  condition on identity partition columns (``lp.exact``) the tables it selects are replaced;
+  with any other (``lp.where``) the rows it selects are deleted and the new ones added, in
+  ONE commit; a new row outside the condition refuses the write.
+- ``stage``: the rows of a staged ``CREATE TABLE ... AS SELECT`` / ``REPLACE TABLE``
+  (:mod:`pipelines.jvm.stage`).
 - ``delete_tables``: a metadata-only ``DELETE`` (whole partitions by an identity-column
   condition) or ``TRUNCATE``: no rows, ONE commit removing the tables (``lp.exact``).
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -39,6 +46,7 @@ from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
 from partitioning.storage.leases import release_lease, take_lease
 from partitioning.storage.roots import storage_options_from
+from partitioning.tables.deletes import rows_matching
 from partitioning.tables.fragments import FragmentWriter, add_partition_columns
 from partitioning.tables.messages import part_column
 from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_table, commit_rewrite
@@ -76,6 +84,8 @@ def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwr
         return new_writer(plain, schema, mode != "append", lowered.get("lp.connect") == "true")
     if mode == "replace":
         plain = {**_plain(options), "partitionOverwriteMode": "dynamic"}
+        if lowered.get("lp.where"):
+            return ReplaceRowsWriter(plain, schema, lowered["lp.where"])
         return ReplaceWriter(plain, schema, lowered.get("lp.exact"))
     if mode == "stage":
         from pipelines.jvm.stage import StagedWriter
@@ -240,6 +250,80 @@ class ReplaceWriter(LancePartitionedWriter):
                 f"overwrite of {ns.root}: {outside} partition(s) of the rows are outside the overwrite's condition "
                 f"{to_sql(condition)}; nothing was written"
             )
+
+
+class ReplaceRowsWriter(LancePartitionedWriter):
+    """``writeTo(t).overwrite(condition)`` with a condition on other than identity partition
+    columns (Delta's ``replaceWhere``): the rows the condition selects are deleted and the new
+    rows added, in ONE commit; a new row the condition does not select (false or NULL)
+    refuses the write in its task. A table the statement read that changed before its commit
+    makes it select the rows again, up to :data:`ATTEMPTS` times."""
+
+    ATTEMPTS = 4
+
+    def __init__(self, options: dict[str, str], schema: StructType, where_json: str) -> None:
+        super().__init__(options, schema, True)
+        self.where_json = where_json
+        with reported_errors(f"overwrite {self.root} where a condition holds"):
+            arrow_predicate(self.condition(), self.schema.arrow)  # refused now if it cannot be applied here
+
+    def condition(self) -> Any:
+        return bind(predicates_from_json(self.where_json), self.schema.arrow, _DIALECT)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
+        condition = self.condition()
+        selects = arrow_predicate(condition, self.schema.arrow)
+
+        def checked() -> Iterator[pa.RecordBatch]:
+            for batch in iterator:
+                rows = conform_table(pa.Table.from_batches([batch]), self.schema)
+                outside = rows.num_rows - rows.filter(selects).num_rows
+                if outside:
+                    raise InvalidInput(
+                        f"overwrite of {self.root}: {outside} row(s) do not match the overwrite's condition "
+                        f"{to_sql(condition)}; nothing was written"
+                    )
+                yield batch
+
+        return super().write(checked())
+
+    def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        with reported_errors(f"commit the overwrite of {self.root}"):
+            _, combined = self.fragments(messages)
+            guard = Guard.of_ref(self.lease, self.root, self.storage_options)
+            for _ in range(self.ATTEMPTS):
+                ns = PartitionedNamespace.load(self.root, self.storage_options)
+                condition = bind(predicates_from_json(self.where_json), ns.namespace_schema.arrow, _DIALECT)
+                tasks = list(ns.plan_scan(condition))
+                selects = arrow_predicate(condition, ns.namespace_schema.arrow)
+                deletions = rows_matching(ns, tasks, sorted(columns_of(condition)), partial(_indexes, selects=selects))
+                try:
+                    commit_rewrite(
+                        ns,
+                        combined,
+                        deletions,
+                        read_set=ReadSet(condition, _DIALECT),
+                        read={t.object_id: int(t.read_version) for t in tasks if t.read_version is not None},
+                        mode="overwrite",
+                        spec_id=self.spec_id,
+                        schema=self.fragment_writer.schema,
+                        write_id=self.write_id,
+                        operation=Operation("WRITE", {"mode": "overwrite", "condition": to_sql(condition)}),
+                        guard=guard,
+                    )
+                    return
+                except ReadSetChanged:
+                    continue
+            raise ConcurrentModification(
+                f"overwrite of {self.root}: the rows its condition selects changed {self.ATTEMPTS} times before "
+                "its commit; nothing was committed, run the statement again"
+            )
+
+
+def _indexes(view: pa.Table, *, selects: Any) -> list[int]:
+    """The indexes of ``view``'s rows the Arrow expression ``selects`` keeps."""
+    numbered = view.append_column("__lance_row", pa.array(range(view.num_rows), pa.int64()))
+    return numbered.filter(selects).column("__lance_row").to_pylist()
 
 
 class DeleteTablesWriter(DataSourceWriter):
