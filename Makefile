@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SPARK_SUBMIT := $(VENV)/bin/spark-submit
 # the JVM layer (java/: the reference murmur3 as a Java UDF, the DSv2 provider, catalog and
-# row-level operations over the Python engine); pipelines.session adds it to spark.jars
+# row-level operations over the Python engine); pipelines.session adds it to spark.jars, and a
+# wheel (`pip wheel .`, `python -m build`) carries its own copy, built by setup.py
 JAR := build/lance-partitioned-udfs.jar
 # JDK 17 prints this for Spark's --add-modules=jdk.incubator.vector and has no flag to stop it
 QUIET_JVM := 2> >(grep -v --line-buffered '^WARNING: Using incubator modules: jdk.incubator.vector$$' >&2)
@@ -31,13 +32,10 @@ java:
 	fi
 	@java -version 2>&1 | head -1
 
-$(JAR): $(STAMP) $(wildcard java/lance_partitioned/*.java) $(wildcard java/resources/META-INF/services/*)
+# java/build_jar.py is also what setup.py runs to put the jar in a wheel (pipelines/jars/)
+$(JAR): $(STAMP) $(wildcard java/lance_partitioned/*.java) $(wildcard java/resources/META-INF/services/*) java/build_jar.py
 	@command -v javac >/dev/null 2>&1 || $(MAKE) --no-print-directory java
-	rm -rf build/classes && mkdir -p build/classes
-	javac --release 17 -Xlint:all,-path,-classfile -Werror -d build/classes \
-		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
-		java/lance_partitioned/*.java
-	jar --create --file $@ -C build/classes . -C java/resources .
+	$(PY) java/build_jar.py $@
 
 run: $(STAMP) $(JAR)
 	$(SUBMIT) jobs/demo.py --root warehouse/events $(QUIET_JVM)

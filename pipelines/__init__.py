@@ -5,7 +5,8 @@ Everything that imports PySpark lives here, on top of :mod:`partitioning`. The f
 - the session modules anyone here may import: ``session`` (``build_session``),
   ``session_calls`` (calls on a session you have), ``shared_roots`` (roots a master can
   reach), ``tasks`` (work as Spark tasks), ``spark_errors`` (one line for a failed job),
-  ``read_options`` (what a read hands the data source); ``sample`` makes demo data.
+  ``read_options`` (what a read hands the data source), ``jar`` (where the JVM layer's jar
+  is, and adding it to a running session); ``sample`` makes demo data.
 - :mod:`pipelines.columns`: transforms as Spark Columns, Spark schemas.
 - :mod:`pipelines.search`: vector search and index builds.
 - :mod:`pipelines.source`: the ``lance_partitioned`` data source (reader and writer, and

@@ -28,6 +28,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
+from pipelines.jar import CHECKOUT_JAR, jar_path, quiet_task_errors
+from pipelines.spark_errors import quiet_query_context_logs
+
 __all__ = [
     "active_session",
     "build_session",
@@ -38,10 +41,12 @@ __all__ = [
     "user_conf",
 ]
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
+# spark-conf/ of a checkout, or the copy an installed wheel carries (setup.py)
+_PACKAGED_CONF = Path(__file__).resolve().parent / "spark_conf"
+CONF_DIR = _PACKAGED_CONF if _PACKAGED_CONF.is_dir() else Path(__file__).resolve().parent.parent / "spark-conf"
 DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
-# Built by `make` from java/: the reference murmur3 as a Java UDF (pipelines.columns.murmur3).
-UDF_JAR = Path(__file__).resolve().parent.parent / "build" / "lance-partitioned-udfs.jar"
+# The JVM layer (pipelines.jar): the DSv2 provider, the catalog, the Java murmur3, QuietErrors.
+UDF_JAR = jar_path() or CHECKOUT_JAR
 QUIET_ERRORS_PLUGIN = "lance_partitioned.QuietErrors"
 QUIET_DAEMON = "lance_partitioned_daemon"
 # A conf key and the environment variable that sets the same interpreter.
@@ -96,9 +101,9 @@ def _jar_has(jar: Path, class_name: str) -> bool:
 
 
 def session_conf(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """spark-defaults.conf with the interpreter and log4j paths made absolute, and the UDF
-    jar where `make` built it. Installed from a wheel (EMR, Databricks) there is no
-    ``spark-conf/`` and no jar: only the interpreter is set."""
+    """spark-defaults.conf with the interpreter and log4j paths made absolute, and the JVM
+    layer's jar (:mod:`pipelines.jar`: the installed wheel's, or the one `make` built in a
+    checkout); an installed wheel carries its own copy of ``spark-conf/``."""
     conf = read_spark_defaults() if DEFAULTS_FILE.is_file() else {}
     conf["spark.pyspark.python"] = sys.executable
     conf["spark.pyspark.driver.python"] = sys.executable
@@ -270,6 +275,7 @@ def build_session(
     command line. With ``SPARK_REMOTE=sc://...`` the Connect server's settings are left
     alone; ``SPARK_REMOTE=local[N]`` starts a local Connect server configured as above.
     """
+    quiet_query_context_logs()
     existing = active_session()
     if existing is not None:
         for key, value in (extra_conf or {}).items():
@@ -307,4 +313,6 @@ def build_session(
         spark = builder.getOrCreate()
     if not is_connect(spark) and not _own_log_config(user):
         spark.sparkContext.setLogLevel("WARN")  # classic-only (guarded by is_connect)
+    if not is_connect(spark) and options.get("spark.plugins") != QUIET_ERRORS_PLUGIN:
+        quiet_task_errors(spark)  # spark-submit started the driver: the plugin's filter, installed now
     return spark

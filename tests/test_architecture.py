@@ -141,6 +141,7 @@ BASE = frozenset(
     {
         "partitioning.errors",
         "partitioning.progress",
+        "pipelines.jar",
         "pipelines.read_options",
         "pipelines.session",
         "pipelines.session_calls",

@@ -14,7 +14,7 @@ import struct
 import mmh3
 import pyarrow as pa
 import pytest
-from conftest import CONFORMANCE_DIR, load_conformance, vector_array, vector_type
+from conftest import SPEC_FILE, load_conformance, vector_array, vector_type
 from lance_namespace.errors import InvalidInputError
 
 from partitioning.errors import SchemaError, SpecError
@@ -30,7 +30,7 @@ from partitioning.spec.transforms import (
     YearTransform,
 )
 
-SPEC_TEXT = (CONFORMANCE_DIR.parent / "seeds" / "001_276ba7633dd0e29b.txt").read_text()
+SPEC_TEXT = SPEC_FILE.read_text()
 
 
 def _json_after(text: str, *markers: str):

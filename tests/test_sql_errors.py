@@ -170,3 +170,41 @@ def test_a_reused_write_id_commits_nothing_and_says_so_in_one_info_line(tmp_path
         f"INFO lance_partitioned: write_id 'nightly-1' was committed at __manifest v3; this write to {where} "
         "commits nothing (rows under a committed id are dropped)"
     ), said
+
+
+def test_a_jobs_refused_input_is_one_line(tmp_path: Path) -> None:
+    """docs/operations.md's spark-submit line for jobs/ingest.py, on a CSV whose user_id holds 'x'
+    for the namespace's bigint column: the job's one ``error:`` line, and no task logs or stacks."""
+    from subprocess_runs import spark_submit
+
+    good = tmp_path / "good.csv"
+    good.write_text("event_id,country,user_id\n1,US,7\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("event_id,country,user_id\n" + "".join(f"{i},DE,{i if i % 50 else 'x'}\n" for i in range(2, 400)))
+    root = str(tmp_path / "events")
+    env = dict(
+        os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable
+    )
+    common = ["--root", root, "--format", "csv", "--read-option", "header=true", "--read-option", "inferSchema=true"]
+    first = subprocess.run(
+        spark_submit("jobs/ingest.py", *common, "--input", str(good), "--partition-by", "country"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    proc = subprocess.run(
+        spark_submit("jobs/ingest.py", *common, "--input", str(bad)),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if not noise(line) and "ingest:" not in line]
+    assert lines == ["error: column 'user_id': value 'x' of type string cannot be stored as int without loss"], lines

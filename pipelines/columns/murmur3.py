@@ -34,6 +34,7 @@ from pyspark.sql import types as T
 
 from partitioning.spec import murmur3 as m3
 from pipelines import session as sessions
+from pipelines.jar import PROBE_CLASS, PROBE_FUNCTION, add_to_session
 
 __all__ = [
     "bucket_column",
@@ -60,8 +61,8 @@ _HASH_FALSE = m3.murmur3_scalar(b"false")
 
 _NATIVE_FIXED = (T.IntegerType, T.LongType, T.DateType, T.TimestampType, T.TimestampNTZType)
 _NATIVE_SMALL = {T.ByteType: (0xFF, 1), T.ShortType: (0xFFFF, 2)}
-JAVA_UDF = "lance_partitioned_murmur3"
-_JAVA_CLASS = "lance_partitioned.Murmur3"
+JAVA_UDF = PROBE_FUNCTION
+_JAVA_CLASS = PROBE_CLASS
 # A session conf: "registered" or "unavailable", so a session tries the registration once.
 JAVA_MARKER = "spark.lance_partitioned.javaMurmur3"
 log = logging.getLogger("lance_partitioned")
@@ -249,14 +250,7 @@ def _register(spark: SparkSession) -> bool:
 
 
 def _add_jar_and_register(spark: SparkSession) -> bool:
-    jar = sessions.UDF_JAR
-    if not jar.is_file() or "'" in str(jar):
-        return False
-    try:
-        spark.sql(f"ADD JAR '{jar}'")
-    except (PySparkException, Py4JError):
-        return False
-    return _register(spark)
+    return add_to_session(spark, sessions.UDF_JAR) and _register(spark)
 
 
 def with_murmur3(df: DataFrame, col: Column, out: str, source_type: T.DataType | None) -> DataFrame:

@@ -63,6 +63,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.storage.history import version_at
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
+from pipelines.jar import add_to_session, jar_path, quiet_task_errors
 from pipelines.read_options import read_schema
 from pipelines.session import is_connect
 from pipelines.session_calls import register_bound
@@ -71,7 +72,7 @@ from pipelines.source.reader import LancePartitionedReader, PerScanPushdownReade
 from pipelines.source.stream_reader import STREAM_READ_OPTIONS, LancePartitionedStreamReader, RefusedStreamReader
 from pipelines.source.stream_writer import LancePartitionedStreamWriter
 from pipelines.source.writer import LancePartitionedWriter, root_in_schema, with_root
-from pipelines.spark_errors import hide_worker_traceback
+from pipelines.spark_errors import hide_worker_traceback, quiet_query_context_logs
 
 __all__ = [
     "READ_OPTIONS",
@@ -120,8 +121,11 @@ def jvm_layer(spark: SparkSession) -> bool:
     """Whether ``format("lance_partitioned")`` is the jar's JVM provider in this session; the
     first call finds out by registering the Python source (refused by Spark when a JVM
     source has the name), and remembers it in the session conf :data:`JVM_MARKER`."""
+    quiet_query_context_logs()
     state = spark.conf.get(JVM_MARKER, None)
     if state is None:
+        if not is_connect(spark) and add_to_session(spark):  # a session started without the jar gets it now
+            quiet_task_errors(spark)
         per_scan = pushdown_is_per_scan(spark)
         try:
             register_bound(spark, PerScanPushdownDataSource if per_scan else LancePartitionedDataSource)
@@ -132,6 +136,16 @@ def jvm_layer(spark: SparkSession) -> bool:
             state = "jvm"
         if state == "python" and per_scan:
             spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        if state == "python":
+            jar = jar_path()
+            where = str(jar) if jar is not None else "the jar (python -m pipelines.jar)"
+            log.warning(
+                "lance_partitioned: this session has no JVM layer, so format('lance_partitioned') reads every "
+                "partition table a .where or SQL WHERE could skip, reads every column for COUNT(*), and there is "
+                "no SQL catalog or DML; start Spark with --jars %s (spark.jars=%s)",
+                where,
+                where,
+            )
         if state == "jvm" and is_connect(spark):
             spark.conf.set(CONNECT_MARKER, "true")  # the JVM layer refuses relative roots for this client
         spark.conf.set(JVM_MARKER, state)

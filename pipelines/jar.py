@@ -1,0 +1,98 @@
+"""Where the JVM layer's jar is, for ``--jars`` / ``spark.jars``: ``python -m pipelines.jar`` prints it.
+
+An installed wheel carries it in the package (``pipelines/jars/lance-partitioned.jar``, built
+from java/ when the wheel is built); a checkout has the one ``make`` builds
+(``build/lance-partitioned-udfs.jar``). So on any platform::
+
+    spark-submit --jars "$(python -m pipelines.jar)" ...
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+_log = logging.getLogger("lance_partitioned")
+
+__all__ = ["CHECKOUT_JAR", "PACKAGED_JAR", "PROBE_CLASS", "add_to_session", "jar_path", "main", "quiet_task_errors"]
+
+PACKAGED_JAR = Path(__file__).resolve().parent / "jars" / "lance-partitioned.jar"
+CHECKOUT_JAR = Path(__file__).resolve().parent.parent / "build" / "lance-partitioned-udfs.jar"
+
+
+def jar_path() -> Path | None:
+    """The jar of the JVM layer: the installed package's, else a checkout's; None when neither is built."""
+    for jar in (PACKAGED_JAR, CHECKOUT_JAR):
+        if jar.is_file():
+            return jar
+    return None
+
+
+PROBE_CLASS = "lance_partitioned.Murmur3"  # a class of the jar, loadable once the jar is in the session
+PROBE_FUNCTION = "lance_partitioned_murmur3"  # what pipelines.columns.murmur3 registers it as
+
+
+def loadable(spark: Any) -> bool:
+    """Whether the session loads the jar's classes (registering the Java murmur3 UDF, which
+    the string buckets use anyway)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+    from pyspark.sql.types import IntegerType
+
+    try:
+        spark.udf.registerJavaFunction(PROBE_FUNCTION, PROBE_CLASS, IntegerType())
+    except (PySparkException, Py4JError):
+        return False
+    return True
+
+
+def add_to_session(spark: Any, jar: Path | None = None) -> bool:
+    """Make the JVM layer part of a running session that was started without it (a notebook's
+    own ``spark``, a plain ``SparkSession.builder.getOrCreate()``): ``ADD JAR`` the jar
+    (default: :func:`jar_path`) when its classes are not loadable yet. Whether they are, after."""
+    if loadable(spark):
+        return True
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    jar = jar if jar is not None else jar_path()
+    if jar is None or not jar.is_file() or "'" in str(jar):
+        return False
+    try:
+        spark.sql(f"ADD JAR '{jar}'")
+    except (PySparkException, Py4JError):
+        return False
+    return loadable(spark)
+
+
+def quiet_task_errors(spark: Any) -> None:
+    """Install the jar's log filter (:class:`QuietErrors`, what ``spark.plugins`` installs at
+    start-up) in a classic driver that was started without the plugin (``spark-submit`` with
+    ``--jars`` only, a notebook's session): a project error raised in a task is then one line,
+    not also the executor's and scheduler's logs with their stacks. Classic sessions only (the
+    callers check): a Spark Connect client reaches no driver."""
+    from py4j.protocol import Py4JError
+
+    try:
+        spark.sparkContext._jvm.lance_partitioned.QuietErrors.install()  # classic-only (callers check is_connect)
+    except (Py4JError, AttributeError, TypeError) as exc:  # the jar is not loadable here: no filter
+        _log.debug("no QuietErrors filter: %s", exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    jar = jar_path()
+    if jar is None:
+        print(
+            f"error: the JVM layer's jar is not built: run `make` in a checkout ({CHECKOUT_JAR}), "
+            "or install the project's wheel",
+            file=sys.stderr,
+        )
+        return 1
+    print(jar)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
