@@ -180,3 +180,71 @@ def test_one_column_beside_vectors(spark: SparkSession, tmp_path: Path) -> None:
     for name, t in timings.items():
         print(f"  {name:32s} {t}")
     print(f"  ratio {ours / base:.2f}x (target <= 0.3)")
+
+
+ROUTE_ROWS = int(os.environ.get("BENCH_DOORS_ROUTE_ROWS", 120_000))
+ROUTE_PARTITIONS = 240
+ROUTE_DIM = 384
+
+
+def test_every_sql_route_plans_like_the_format(spark: SparkSession, tmp_path: Path) -> None:
+    """``count(id)`` and a 1-of-240 ``WHERE`` through each SQL route (a session-catalog table,
+    the ``lance`` catalog, a temp view of the format) against the format route, each as a
+    ratio of summing the vector column's first element over the whole table (what a route
+    that lost its pushdown costs). Target: every route within 1.3x of the format's ratio."""
+    root = str(tmp_path / "routes")
+    schema = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("vec", pa.list_(pa.float32(), ROUTE_DIM))])
+    ns = PartitionedNamespace.create(root, schema, ["p"])
+    rng = np.random.default_rng(46)
+    for start in range(0, ROUTE_ROWS, 40_000):
+        n = min(40_000, ROUTE_ROWS - start)
+        ids = np.arange(start, start + n)
+        flat = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * ROUTE_DIM, dtype=np.float32)), ROUTE_DIM)
+        part = pa.array((ids % ROUTE_PARTITIONS).astype(np.int32))
+        write_table(ns.refresh(), pa.table({"id": ids, "p": part, "vec": flat}, schema=schema))
+    warehouse = tmp_path / "wh"
+    shutil.copytree(root, warehouse / "b" / "routes")
+    spark.conf.set("spark.sql.catalog.bench_routes", "lance_partitioned.LanceCatalog")
+    spark.conf.set("spark.sql.catalog.bench_routes.warehouse", str(warehouse))
+    spark.sql(f"CREATE TABLE IF NOT EXISTS bench_session_routes USING lance_partitioned LOCATION '{root}'")
+    spark.read.format("lance_partitioned").load(root).createOrReplaceTempView("bench_format_routes")
+    routes = {
+        "format (temp view)": "bench_format_routes",
+        "session catalog USING": "bench_session_routes",
+        "lance catalog": "bench_routes.b.routes",
+    }
+    queries = {
+        "count(id)": ("SELECT count(id) FROM {t}", ROUTE_ROWS),
+        "WHERE p = 7": ("SELECT sum(id) FROM {t} WHERE p = 7", int(np.arange(7, ROUTE_ROWS, ROUTE_PARTITIONS).sum())),
+    }
+
+    def full() -> None:
+        spark.sql("SELECT sum(vec[0]) FROM bench_format_routes").collect()
+
+    samples: dict[str, list[float]] = {"full sum(vec[0])": []}
+    runs: dict[str, Callable[[], None]] = {}
+    for route, table in routes.items():
+        for name, (sql, want) in queries.items():
+
+            def run(sql: str = sql.format(t=table), want: int = want) -> None:
+                assert spark.sql(sql).collect()[0][0] == want
+
+            runs[f"{name} via {route}"] = run
+            samples[f"{name} via {route}"] = []
+    full()
+    for run in runs.values():
+        run()
+    for _ in range(REPEATS):
+        _timed(full, samples["full sum(vec[0])"])
+        for label, run in runs.items():
+            _timed(run, samples[label])
+    timings = {label: Timing(tuple(s)) for label, s in samples.items()}
+    base = timings["full sum(vec[0])"].median
+    print(f"\n[doors] SQL routes on {ROUTE_ROWS:,} rows, {ROUTE_PARTITIONS} partitions, a {ROUTE_DIM}-dim vector:")
+    for label, t in timings.items():
+        print(f"  {label:42s} {t}  {t.median / base:.3f}x of the full scan")
+    for name in queries:
+        reference = timings[f"{name} via format (temp view)"].median
+        for route in routes:
+            ratio = timings[f"{name} via {route}"].median / reference
+            print(f"  {name} via {route}: {ratio:.2f}x the format route (target <= 1.3)")

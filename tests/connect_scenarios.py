@@ -15,6 +15,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -250,7 +251,8 @@ def refusal(action: Callable[[], Any]) -> str:
         action()
     except Exception as exc:
         lines = [line for line in str(exc).splitlines() if "relative path" in line]
-        return lines[0].split("InvalidInput: ", 1)[-1] if lines else str(exc).splitlines()[0]
+        line = lines[0] if lines else str(exc).splitlines()[0]
+        return re.sub(r"^\[LANCE_[A-Z_]+\] ", "", line.split("InvalidInput: ", 1)[-1])
     return "no error"
 
 

@@ -194,19 +194,22 @@ def _failed_at_the_commit(spark: Any, warehouse: str, ns: str) -> Iterator[Check
     t.drop()
 
 
-def failed_overwrites(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
-    """INSERT OVERWRITE (static, dynamic, a partition) and writeTo().overwrite() failing in a task or at the commit."""
+def failed_overwrites(spark: Any, warehouse: str, ns: str, *, every: bool = True) -> Iterator[Check]:
+    """INSERT OVERWRITE (static, a partition) and writeTo().overwritePartitions() failing in a task
+    or at the commit (without ``every``: the static one in a task)."""
     statements = {
         "INSERT OVERWRITE (static)": "INSERT OVERWRITE {t} SELECT id, country, {amount} FROM {t}",
         "INSERT OVERWRITE ... PARTITION": (
             "INSERT OVERWRITE {t} PARTITION (country = 'US') SELECT id, {amount} FROM {t} WHERE country = 'US'"
         ),
     }
-    for label, sql in statements.items():
+    for label, sql in statements.items() if every else list(statements.items())[:1]:
         t = Table(spark, warehouse, ns)
         failing = sql.format(t=t.ident, amount="IF(id = 4, raise_error('boom in an overwrite'), amount) AS amount")
         yield from unchanged(f"{label} with a failing task", t, lambda s=failing: spark.sql(s), "boom in an overwrite")
         t.drop()
+    if not every:
+        return
 
     t = Table(spark, warehouse, ns)
     alter = alter_in_a_task(spark, t.root)
@@ -299,10 +302,12 @@ SCENARIOS = (failed_replaces, failed_overwrites, failed_creates, successful_repl
 
 def across_doors(spark: Any, warehouse: str, ns: str = "lance.replaces") -> list[Check]:
     """What Spark Connect and ``local-cluster`` run: a replace failing in analysis, in a task and
-    at the commit, a failed create, and a successful replace with time travel before it.
+    at the commit, an overwrite failing in a task, a failed create, and a successful replace
+    with time travel before it.
     ``ns``: ``<catalog>.<namespace>``, the catalog's warehouse at ``warehouse``."""
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
     checks = list(failed_replaces(spark, warehouse, ns, every=False))
+    checks += failed_overwrites(spark, warehouse, ns, every=False)
     checks += failed_creates(spark, warehouse, ns)
     checks += successful_replaces(spark, warehouse, ns)
     return checks

@@ -282,6 +282,7 @@ def test_errors(spark, built, tmp_path):
     assert search_partitioned(spark, indexed, q, metric="cosine", exact=True, k=2).count() == 2
     with pytest.raises(PySparkException) as spark_exc:
         spark.read.format("lance_partitioned").option("nearest", '{"q": [1], "kk": 3}').load(root).collect()
+    # the Python source's own planning (option nearest): Spark's prefix, then the project's line
     assert "InvalidInput: unknown key 'kk' in option nearest; keys are: column, q, k" in str(spark_exc.value)
     assert "Traceback" not in str(spark_exc.value)
 

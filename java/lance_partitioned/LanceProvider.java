@@ -57,7 +57,7 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     if (!Bridge.compatible() || pythonPlanned(options.asCaseSensitiveMap())) {
-      return Bridge.source().inferSchema(options);
+      return LanceSqlError.guarded(() -> Bridge.source().inferSchema(options));
     }
     return Described.of(describe(options.asCaseSensitiveMap(), false)).schema;
   }
@@ -109,7 +109,7 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     if (!Bridge.compatible() || pythonPlanned(properties)) {
-      return Bridge.source().getTable(schema, partitioning, properties);
+      return LanceSqlError.guarded(() -> Bridge.source().getTable(schema, partitioning, properties));
     }
     JsonNode d = describe(properties, true);
     Described snapshot = d.has("error") ? null : Described.of(d);
