@@ -86,6 +86,9 @@ def translate_spark_error(exc: BaseException, context: str) -> PartitioningError
     mine = re.search(r"partitioning\.errors\.(\w+): (.+)", text)
     if mine:
         return _error_class(mine.group(1))(_clean(mine.group(2)))
+    jvm = re.search(r"\[LANCE_([A-Z_]+)\] (.+)", text)  # the JVM layer's one line (LanceSqlError)
+    if jvm:
+        return _error_class(jvm.group(1).title().replace("_", ""))(_clean(jvm.group(2)))
     line = _worker_exception_line(text) or _stage_failure_line(text)
     if line is None:
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

@@ -153,15 +153,14 @@ def failed_replaces(spark: Any, warehouse: str, ns: str, *, every: bool = True) 
         ),
     }
     chosen = analysis if every else {k: v for k, v in analysis.items() if "issue" in k or "task" in k}
+    t = Table(spark, warehouse, ns)  # each failure leaves it as it was: one table for them all
     for label, (sql, error) in chosen.items():
-        t = Table(spark, warehouse, ns)
         yield from unchanged(label, t, lambda sql=sql, t=t: spark.sql(sql.format(t=t.ident)), error)
-        t.drop()
     if not every:
+        t.drop()
         yield from _failed_at_the_commit(spark, warehouse, ns)
         return
 
-    t = Table(spark, warehouse, ns)
     failing = spark.table(t.ident).withColumn(
         "amount", F.when(F.col("id") == 5, F.raise_error(F.lit("boom in createOrReplace"))).otherwise(F.col("amount"))
     )
@@ -203,11 +202,11 @@ def failed_overwrites(spark: Any, warehouse: str, ns: str, *, every: bool = True
             "INSERT OVERWRITE {t} PARTITION (country = 'US') SELECT id, {amount} FROM {t} WHERE country = 'US'"
         ),
     }
+    t = Table(spark, warehouse, ns)  # each failure leaves it as it was: one table for them all
     for label, sql in statements.items() if every else list(statements.items())[:1]:
-        t = Table(spark, warehouse, ns)
         failing = sql.format(t=t.ident, amount="IF(id = 4, raise_error('boom in an overwrite'), amount) AS amount")
         yield from unchanged(f"{label} with a failing task", t, lambda s=failing: spark.sql(s), "boom in an overwrite")
-        t.drop()
+    t.drop()
     if not every:
         return
 
