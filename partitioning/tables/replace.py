@@ -122,7 +122,7 @@ class Replacement:
         (with its ``v<N>`` row), the new properties; the tables are still there."""
         manifest = state.manifest
         lock = f"v{self.spec.spec_id}"
-        if lock not in state.rows_by_id:
+        if not state.rows_for([lock]):
             row = dict.fromkeys(manifest.schema.names)
             row.update(object_id=lock, object_type="namespace", metadata="{}")
             manifest = pa.concat_tables([manifest, pa.Table.from_pylist([row], schema=manifest.schema)])

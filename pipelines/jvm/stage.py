@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 from partitioning.errors import InvalidInput
 from partitioning.spec.field_ids import strip_lance_metadata
 from partitioning.storage.guard import Guard
+from partitioning.storage.roots import storage_options_from
 from partitioning.storage.unborn import discard_uncreated
 from partitioning.tables.replace import Replacement, plan_replacement
 from partitioning.tables.write import commit_write
@@ -69,8 +70,6 @@ class StagedWriter(LancePartitionedWriter):
         root = next((v for k, v in options.items() if k.lower() == "path"), None)
         with reported_errors(f"stage the table at {root}"):
             args = json.loads(stage_json or "{}")
-            from partitioning.storage.roots import storage_options_from
-
             self.replacement = plan_staged(str(root), args, storage_options_from(options))
             self.warehouse = args.get("warehouse")
         super().__init__(options, schema, True)
