@@ -188,9 +188,34 @@ def test_tables_that_do_not_exist_and_versions_not_committed_are_refused(root: s
         with pytest.raises(TableNotFoundError):
             client.table_exists(TableExistsRequest(id=wrong))
     version = client.describe_table(DescribeTableRequest(id=ids)).version
-    with pytest.raises(InvalidInputError, match="not committed") as err:
+    with pytest.raises(InvalidInputError, match="never committed") as err:
         client.describe_table(DescribeTableRequest(id=ids, version=version + 1))
     assert err.value.code == ErrorCode.INVALID_INPUT
+
+
+def test_only_versions_some_manifest_version_recorded_are_described(tmp_path) -> None:
+    """A crashed write's dataset version (never recorded by ``__manifest``) is refused, naming the
+    committed ones; a committed older version is described, and reads the rows committed then."""
+    from partitioning.tables.write import write_table
+
+    schema = pa.schema([("id", pa.int64()), ("c", pa.string())])
+    ns = PartitionedNamespace.create(str(tmp_path / "t"), schema, ["c"])
+    write_table(ns, pa.table({"id": [1, 2], "c": ["a", "a"]}, schema=schema))
+    (table,) = ns.refresh().partitions()
+    first = table.read_version
+    # a writer that died after committing its dataset version and before __manifest
+    lance.write_dataset(pa.table({"id": [99], "c": ["a"]}, schema=schema), table.uri, mode="append")
+    write_table(ns.refresh(), pa.table({"id": [3], "c": ["a"]}, schema=schema))
+    (table,) = ns.refresh().partitions()
+    crashed = first + 1
+    assert table.read_version > crashed
+    client = _ours(str(tmp_path / "t"))
+    ids = table.object_id.split("$")
+    with pytest.raises(InvalidInputError, match=f"version {crashed} was never committed") as err:
+        client.describe_table(DescribeTableRequest(id=ids, version=crashed))
+    assert f"committed versions are {first}, {table.read_version}" in str(err.value)
+    old = client.describe_table(DescribeTableRequest(id=ids, version=first))
+    assert sorted(lance.dataset(old.location, version=old.version).to_table()["id"].to_pylist()) == [1, 2]
 
 
 @pytest.mark.parametrize(

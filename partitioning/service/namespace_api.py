@@ -41,6 +41,7 @@ from lance_namespace import (
 
 from partitioning.errors import InvalidInput, NamespaceNotFound, TableNotFound, Unsupported
 from partitioning.namespace import PartitionedNamespace
+from partitioning.storage.history import committed_table_versions
 from partitioning.storage.locations import TABLE_NAME
 
 __all__ = ["IMPL_NAME", "PartitionedLanceNamespace"]
@@ -118,11 +119,14 @@ class PartitionedLanceNamespace(LanceNamespace):
         if table is None or table.read_version is None:
             raise TableNotFound(f"table {object_id!r} not found in {self.root}")
         version = table.read_version
-        if request.version is not None:
-            if not 1 <= request.version <= table.read_version:
+        if request.version is not None and request.version != version:
+            committed = committed_table_versions(self.root, object_id, storage_options=self.storage_options or None)
+            if request.version not in committed:
+                shown = ", ".join(str(v) for v in committed[-20:])
+                more = f" (the last 20 of {len(committed)})" if len(committed) > 20 else ""
                 raise InvalidInput(
-                    f"table {object_id!r}: version {request.version} is not committed "
-                    f"(committed versions are 1..{table.read_version})"
+                    f"table {object_id!r}: version {request.version} was never committed through __manifest; "
+                    f"committed versions are {shown}{more}"
                 )
             version = request.version
         properties = {k: v for k, v in (("read_branch", table.read_branch), ("read_tag", table.read_tag)) if v}

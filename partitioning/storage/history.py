@@ -22,6 +22,7 @@ commit's time. A zone-less time is read in the given time zone (a Spark session'
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import time
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ __all__ = [
     "OPERATION_KEY",
     "PARAMETERS_KEY",
     "Operation",
+    "committed_table_versions",
     "history_table",
     "operation_of",
     "parse_instant",
@@ -182,6 +184,37 @@ def operation_of(ds: lance.LanceDataset, version: int) -> tuple[str, Mapping[str
     if recorded is None:
         return UNKNOWN, {"lance_operation": type(txn.operation).__name__}, {}
     return recorded.name, recorded.parameters, recorded.metrics
+
+
+def committed_table_versions(
+    root: str, object_id: str, *, storage_options: Mapping[str, str] | None = None
+) -> tuple[int, ...]:
+    """Every version of partition table ``object_id`` some readable ``__manifest`` version
+    recorded as its ``read_version``, ascending: the table's committed states. Its other
+    versions (a crashed write's, a lost commit attempt's) were never visible to a reader that
+    honours ``read_version``. Reads that one row of each manifest version (cached per latest
+    version)."""
+    latest = ManifestStore(root, storage_options).dataset()
+    with translate_lance_errors(f"list versions of {latest.uri}"):
+        versions = tuple(sorted(int(v["version"]) for v in latest.versions()))
+    return _recorded(latest.uri, versions, object_id, tuple(sorted((storage_options or {}).items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _recorded(
+    uri: str, versions: tuple[int, ...], object_id: str, storage_options: tuple[tuple[str, str], ...]
+) -> tuple[int, ...]:
+    quoted = object_id.replace("'", "''")
+    found: set[int] = set()
+    for version in versions:
+        try:
+            with translate_lance_errors(f"read {uri} version {version}"):
+                ds = lance.dataset(uri, version=version, storage_options=dict(storage_options) or None)
+                rows = ds.to_table(columns=["read_version"], filter=f"object_id = '{quoted}'")
+        except PartitioningError:
+            continue  # a version vacuum removed meanwhile, or one that cannot be read
+        found.update(int(v) for v in rows.column("read_version").to_pylist() if v is not None)
+    return tuple(sorted(found))
 
 
 def version_of_write(
