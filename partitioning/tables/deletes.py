@@ -24,10 +24,13 @@ from partitioning.storage.alignment import dataset_columns, reconcile
 from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
 from partitioning.tables.maintenance import COMMIT_ATTEMPTS, MaintenanceReport, as_namespace, open_recorded
+from partitioning.tables.rebase import Touches, conflict
 from partitioning.tables.rewrites import PARALLEL_COMMITS, delete_and_append
 
 __all__ = ["RowMatcher", "delete_rows", "drop_partitions", "rows_matching", "whole_partitions"]
 
+
+DML_COMMIT_ATTEMPTS = 24  # each lost race costs one commit when it rebases, not a new search
 
 RowMatcher = Callable[[pa.Table, str], list[int]]
 """Indexes of the rows of an Arrow table a SQL filter selects (DataFusion, or Spark's where)."""
@@ -200,15 +203,23 @@ def delete_rows(
 def _delete(
     ns: PartitionedNamespace, filter: str, d: Dialect, finder: RowFinder, guard: Guard, started: float
 ) -> MaintenanceReport:
-    for _ in range(COMMIT_ATTEMPTS):
+    """Find the rows, then commit; a lost ``__manifest`` race is rebased when the commits that
+    won only added rows the filter does not select (:mod:`partitioning.tables.rebase`), else the
+    rows are found again."""
+    touches = Touches.of_sql(filter, d, ns.namespace_schema.arrow)
+    read: dict[str, int] = {}
+    found: dict[str, list[int]] | None = None
+    for _ in range(DML_COMMIT_ATTEMPTS):
         ns.refresh(guard=guard)
         tasks = list(ns.plan_scan(filter, dialect=d))
-        tables = ns.tables_by_id(t.object_id for t in tasks)
         for task in tasks:
             if task.read_version is None or task.read_branch is not None or task.read_tag is not None:
                 raise InvalidInput(f"delete_rows: table {task.object_id} is read from a branch or tag; not supported")
-        planned = {t.object_id for t in tasks}
-        found = {oid: sorted(set(a)) for oid, a in finder(ns, tasks, filter).items() if a and oid in planned}
+        now = {t.object_id: int(t.read_version or 0) for t in tasks}
+        if found is None or conflict(ns, read, now, found, touches) is not None:
+            read = now
+            found = {oid: sorted(set(a)) for oid, a in finder(ns, tasks, filter).items() if a and oid in now}
+        tables = ns.tables_by_id(found)
         rows = sum(len(a) for a in found.values())
         if not found:
             return MaintenanceReport("delete_rows", ns.root, ns.manifest_version)
@@ -223,7 +234,10 @@ def _delete(
         except ConcurrentModification:
             continue
         return MaintenanceReport("delete_rows", ns.root, version, tables=len(commits), rows=rows)
-    raise ConcurrentModification(f"delete_rows on {ns.root} lost {COMMIT_ATTEMPTS} __manifest races")
+    raise ConcurrentModification(
+        f"delete_rows on {ns.root} lost {DML_COMMIT_ATTEMPTS} __manifest races to other writers; nothing was deleted, "
+        "run it again"
+    )
 
 
 def _delete_addresses(

@@ -8,16 +8,21 @@ recorded version's fragments with deletion vectors for the rows that go, plus th
 fragments, and makes ONE ``__manifest`` commit for all of them.
 
 Isolation: before each commit attempt the read set is planned again on the latest
-manifest; if a table in it changed (another commit moved its ``read_version``) or a new
-table joined it (e.g. another writer created a partition the operation's filter
-covers), the attempt raises :class:`ReadSetChanged` and the caller runs the operation
-again on the new state. Tables outside the read set may change meanwhile (appends to
-other partitions): the commit is rebased on them. That is serializable for the
-partitions an operation reads, like Delta's WriteSerializable.
+manifest. Tables outside it may change meanwhile (appends to other partitions): the
+commit is rebased on them. When a table in it changed (another commit moved its
+``read_version``) or a new table joined it (another writer created a partition the
+operation's filter covers), the read set's :class:`~partitioning.tables.rebase.Touches` (the
+rows the operation would change) decides: if the other commits only added rows it would
+not change and left the rows it deletes alone (:func:`partitioning.tables.rebase.conflict`),
+the commit is rebased onto them too; otherwise (or without ``touches``) the attempt raises
+:class:`ReadSetChanged` and the caller runs the operation again on the new state. That is
+serializable for the rows an operation reads, like Delta's WriteSerializable with its
+conflict detection.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,12 +48,14 @@ from partitioning.storage.history import Operation
 from partitioning.storage.intents import Intent
 from partitioning.storage.paths import table_uri
 from partitioning.tables.messages import Pending, check_files, check_rejected, group_messages, place_pending
+from partitioning.tables.rebase import Touches, conflict
 from partitioning.tables.write import PARALLEL_COMMITS, CommitResult, already_committed
 
-__all__ = ["ReadSet", "ReadSetChanged", "RewriteResult", "commit_rewrite", "delete_and_append"]
+__all__ = ["ReadSet", "ReadSetChanged", "RewriteResult", "Touches", "commit_rewrite", "delete_and_append"]
 
 _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
+_log = logging.getLogger(__name__)
 
 
 class ReadSetChanged(ConcurrentModification):
@@ -61,12 +68,15 @@ class ReadSet:
 
     ``keys`` maps a spec id to (field ids, the value tuples of those fields the operation
     can touch); a table of that spec is read only when its values for those fields are
-    one of the tuples. Specs without an entry are not narrowed.
+    one of the tuples. Specs without an entry are not narrowed. ``touches``: the rows the
+    operation would change, so a commit can be rebased onto other writers' rows
+    (:mod:`partitioning.tables.rebase`); None: any change to a table read is a conflict.
     """
 
     filter: str | Filter | None
     dialect: Dialect
     keys: Mapping[int, tuple[tuple[str, ...], frozenset[tuple[Any, ...]]]] = field(default_factory=dict)
+    touches: Touches | None = None
 
     def plan(self, ns: PartitionedNamespace) -> dict[str, int]:
         """object_id -> read_version of every table this read set covers in ``ns``'s state."""
@@ -87,9 +97,19 @@ class ReadSet:
             out[task.object_id] = task.read_version
         return out
 
-    def changed(self, ns: PartitionedNamespace, read: Mapping[str, int]) -> str | None:
-        """What differs between ``read`` (the plan the operation used) and the plan on ``ns`` now."""
+    def changed(
+        self, ns: PartitionedNamespace, read: Mapping[str, int], deletions: Mapping[str, Sequence[int]] | None = None
+    ) -> str | None:
+        """Why a commit of the operation that used the plan ``read`` and deletes ``deletions``
+        cannot go on ``ns`` (the latest state), or None. With :attr:`touches`, other
+        writers' changes it does not depend on are not a reason (it is rebased onto them)."""
         now = self.plan(ns)
+        if self.touches is not None:
+            reason = conflict(ns, read, now, deletions or {}, self.touches)
+            if reason is None and now != dict(read):
+                moved = sum(1 for oid, v in now.items() if read.get(oid) != v)
+                _log.info("lance_partitioned: %s: rebased onto %d changed partition table(s)", ns.root, moved)
+            return reason
         for object_id, version in read.items():
             if object_id not in now:
                 return f"partition table {object_id} was removed"
@@ -304,7 +324,7 @@ def commit_rewrite(
             raise ConcurrentModification(
                 f"the schema of {ns.root} changed while this operation ran; nothing was committed, run it again"
             )
-        difference = read_set.changed(ns, read)
+        difference = read_set.changed(ns, read, deletions)
         if difference is not None:
             raise ReadSetChanged(f"{ns.root}: {difference} while this operation ran")
         changes, created = _changes(ns, pending, deletions, spec_id, schema, max_rows_per_file)

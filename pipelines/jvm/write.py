@@ -49,7 +49,7 @@ from partitioning.storage.roots import storage_options_from
 from partitioning.tables.deletes import rows_matching
 from partitioning.tables.fragments import FragmentWriter, add_partition_columns
 from partitioning.tables.messages import part_column
-from partitioning.tables.rewrites import ReadSet, ReadSetChanged, addresses_by_table, commit_rewrite
+from partitioning.tables.rewrites import ReadSet, ReadSetChanged, Touches, addresses_by_table, commit_rewrite
 from partitioning.tables.write import commit_write, conform_table
 from pipelines.jvm.drop import drop_matching
 from pipelines.source.writer import LancePartitionedWriter, fragment_messages, reported_errors
@@ -170,7 +170,9 @@ class DeltaWriter(DataSourceArrowWriter):
         ns = PartitionedNamespace.load(self.root, self.storage_options)
         arrow = ns.namespace_schema.arrow
         condition = bind(predicates_from_json(self.filter_json), arrow, _DIALECT)
-        read_set = ReadSet(None if isinstance(condition, TrueFilter) else condition, _DIALECT)
+        # a superset of the rows the statement changes; a MERGE's ON never reaches the connector
+        touches = Touches.of_filter(condition, arrow, blind_appends=self.command == "MERGE")
+        read_set = ReadSet(None if isinstance(condition, TrueFilter) else condition, _DIALECT, touches=touches)
         read = dict(self.read)
         updated = sum(c.updated for c in changes)
         with guarded(ns.root, ns.storage_options, bases=(self.base_version,)) as guard:
@@ -302,7 +304,9 @@ class ReplaceRowsWriter(LancePartitionedWriter):
                         ns,
                         combined,
                         deletions,
-                        read_set=ReadSet(condition, _DIALECT),
+                        read_set=ReadSet(
+                            condition, _DIALECT, touches=Touches.of_filter(condition, ns.namespace_schema.arrow)
+                        ),
                         read={t.object_id: int(t.read_version) for t in tasks if t.read_version is not None},
                         mode="overwrite",
                         spec_id=self.spec_id,

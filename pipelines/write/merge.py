@@ -19,6 +19,7 @@ the source has (a semi-join in the read tasks, :mod:`pipelines.write.matches`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.values import canonical_float
 from partitioning.storage.history import Operation
-from partitioning.tables.rewrites import ReadSet, RewriteResult
+from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches
 from pipelines.columns.transforms import with_partition_columns
 from pipelines.read_options import session_dialect
 from pipelines.shared_roots import driver_root
@@ -246,7 +247,7 @@ def merge_partitioned(
                 ns,
                 gone,
                 incoming,
-                read_set=read_set,
+                read_set=_with_touches(read_set, data, schema, keys, held is not None, modes, held_keys),
                 read=read,
                 mode="merge",
                 rows_updated=count.get("U", 0),
@@ -259,6 +260,30 @@ def merge_partitioned(
             plan.unpersist()
 
     return rerun_on_conflict(root, "merge", max_attempts, attempt, storage_options)
+
+
+def _with_touches(
+    read_set: ReadSet,
+    source: DataFrame,
+    schema: NamespaceSchema,
+    keys: Sequence[str],
+    small: bool,
+    modes: tuple[str, str, str],
+    held_keys: dict[str, pa.Table | None],
+) -> ReadSet:
+    """``read_set`` knowing the rows the merge changes: within its target filter, those whose
+    key a source row has (the source's keys as collected for the target's prefilter, or now
+    for a small source); every row within the filter when the merge deletes rows no source
+    row matches, or its keys are unknown."""
+    found = None
+    if modes[2] != "delete":
+        if small and schema.to_json() not in held_keys:
+            held_keys[schema.to_json()] = source_keys(source, schema, keys)
+        found = held_keys.get(schema.to_json())
+    touches = Touches.of_sql(
+        read_set.filter if isinstance(read_set.filter, str) else None, read_set.dialect, schema.arrow, found
+    )
+    return dataclasses.replace(read_set, touches=touches)
 
 
 def _matched(

@@ -27,7 +27,7 @@ from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.storage.history import Operation
-from partitioning.tables.rewrites import ReadSet, RewriteResult, addresses_by_table, commit_rewrite
+from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, addresses_by_table, commit_rewrite
 from pipelines.read_options import session_dialect
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
@@ -121,7 +121,9 @@ def replace_where(
             raise InvalidInput(
                 f"replace_where {predicate!r}: {outside:,} row(s) of the DataFrame do not match it; nothing was written"
             )
-        read_set = ReadSet(predicate, session_dialect(session))
+        dialect = session_dialect(session)
+        touches = Touches.of_sql(predicate, dialect, ns.namespace_schema.arrow)
+        read_set = ReadSet(predicate, dialect, touches=touches)
         read = read_set.plan(ns)
         gone = addresses(
             target_rows(session, ns, read, filter=predicate, cache=run.cache).select(ROW_TABLE, ROW_ADDRESS),
@@ -181,7 +183,8 @@ def update_rows(
             raise InvalidInput(
                 f"update_rows: column {unknown[0]!r} is not in the namespace; columns are: {', '.join(names)}"
             )
-        read_set = ReadSet(where, session_dialect(session))
+        dialect = session_dialect(session)
+        read_set = ReadSet(where, dialect, touches=Touches.of_sql(where, dialect, ns.namespace_schema.arrow))
         read = read_set.plan(ns)
         small = small_target(session, ns, read, filter=where)
         rows = small if small is not None else target_rows(session, ns, read, filter=where, cache=run.cache)
