@@ -276,7 +276,9 @@ def test_a_merge_that_keeps_losing_fails_with_nothing_committed(
     real = rewrite.write_fragments
 
     def always(*args: Any, **kwargs: Any) -> Any:
-        write_table(ns, pa.Table.from_pylist([{"id": 70, "p": 0, "v": 0}], schema=SCHEMA))
+        # a row with a key of the source: the merge cannot be rebased onto it (an unrelated
+        # append would be, tests/test_rebase.py)
+        write_table(ns, pa.Table.from_pylist([{"id": 1, "p": 0, "v": 10}], schema=SCHEMA))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rewrite, "write_fragments", always)

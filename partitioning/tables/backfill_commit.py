@@ -17,7 +17,9 @@ Concurrency: a table whose recorded version moved while the tasks ran is rebased
 the other commit only appended fragments (they are left NULL in the new columns and
 counted in :attr:`BackfillResult.rows_left_null`) or only deleted rows (its deletion
 vectors are kept); when it rewrote a fragment the backfill read (compaction, update),
-the commit raises :class:`~partitioning.errors.ConcurrentModification`: nothing is
+that table is :class:`Rewritten`: the caller's ``recompute`` runs the backfill again for
+those tables only (at their new versions) and the commit goes on with the rest; without
+it the commit raises :class:`~partitioning.errors.ConcurrentModification`: nothing is
 visible, and running the backfill again is safe.
 """
 
@@ -27,7 +29,7 @@ import json
 import pickle
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -48,9 +50,21 @@ from partitioning.storage.manifest import SCHEMA_KEY
 from partitioning.tables.backfill import TEMP_PREFIX, BackfillColumns, TablePlan, WrittenFragment
 from partitioning.tables.write import PARALLEL_COMMITS, CommitResult, already_committed
 
-__all__ = ["BackfillResult", "commit_backfill"]
+__all__ = ["BackfillResult", "Recompute", "Rewritten", "commit_backfill"]
 
 _TOMBSTONE = -2
+RERUNS = 4  # times the tables another writer rewrote are backfilled again before the commit gives up
+
+Recompute = Callable[[Sequence[str]], tuple[list[TablePlan], list[WrittenFragment]]]
+"""Backfill these tables (object ids) again at the versions ``__manifest`` records now."""
+
+
+class Rewritten(ConcurrentModification):
+    """A fragment the backfill read was rewritten (compaction, update) before its commit."""
+
+    def __init__(self, message: str, object_id: str) -> None:
+        super().__init__(message)
+        self.object_id = object_id
 
 
 @dataclass(frozen=True)
@@ -103,19 +117,19 @@ def commit_backfill(
     operation: Operation,
     started: float,
     attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+    recompute: Recompute | None = None,
 ) -> BackfillResult:
     """Commit what the tasks wrote: one version per table, then ONE visible ``__manifest``
-    commit (see the module's docstring)."""
-    by_table: dict[str, dict[int, WrittenFragment]] = {}
-    for w in written:
-        by_table.setdefault(w.object_id, {})[w.fragment_id] = w
-    for plan in plans:
-        missing = [fid for fid, _ in plan.fragments if fid not in by_table.get(plan.table.object_id, {})]
-        if missing:
-            raise PartitioningError(f"backfill of {plan.label}: fragment {missing[0]} was not written")
-    rows, written_bytes = sum(w.rows for w in written), sum(w.bytes_written for w in written)
+    commit (see the module's docstring). ``recompute`` backfills again the tables another
+    writer rewrote meanwhile (at most :data:`RERUNS` times)."""
+    plans, written = list(plans), list(written)
     last: ConcurrentModification | None = None
-    for attempt in range(1, attempts + 1):
+    reruns = 0
+    attempt = 0
+    while attempt < attempts:
+        attempt += 1
+        by_table = _by_table(plans, written)
+        rows, written_bytes = sum(w.rows for w in written), sum(w.bytes_written for w in written)
         ns.refresh(guard=guard)
         skipped = already_committed(ns, "backfill", write_id)
         if skipped is not None:
@@ -134,9 +148,31 @@ def commit_backfill(
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(plans)))) as pool:
             versions = [now[p.table.object_id].read_version for p in plans]
             tables = [by_table[p.table.object_id] for p in plans]
-            done = list(
-                pool.map(_merged, plans, versions, tables, [columns] * len(plans), [ns.storage_options] * len(plans))
+            outcomes = list(
+                pool.map(
+                    _merged_or_rewritten,
+                    plans,
+                    versions,
+                    tables,
+                    [columns] * len(plans),
+                    [ns.storage_options] * len(plans),
+                )
             )
+        rewritten = [o for o in outcomes if isinstance(o, Rewritten)]
+        if rewritten:
+            if recompute is None or reruns >= RERUNS:
+                raise ConcurrentModification(
+                    f"backfill of {ns.root}: {rewritten[0]} (another writer rewrote it {reruns + 1} time(s)); "
+                    "nothing was committed, run it again"
+                ) from rewritten[0]
+            reruns += 1
+            attempt -= 1  # a rerun is not a lost commit race
+            again = {o.object_id for o in rewritten}
+            fresh_plans, fresh = recompute(sorted(again))
+            plans = [p for p in plans if p.table.object_id not in again] + fresh_plans
+            written = [w for w in written if w.object_id not in again] + fresh
+            continue
+        done = [o for o in outcomes if isinstance(o, _Committed)]
         recorded_op = operation.with_metrics(
             rows_backfilled=rows,
             bytes_added=written_bytes,
@@ -181,6 +217,31 @@ def commit_backfill(
         f"backfill of {ns.root} gave up after {attempts} __manifest commit attempts lost to concurrent writers; "
         f"nothing of it is visible (last conflict: {last})"
     ) from last
+
+
+def _by_table(plans: Sequence[TablePlan], written: Sequence[WrittenFragment]) -> dict[str, dict[int, WrittenFragment]]:
+    """The written fragments by table and fragment id; every planned fragment must be there."""
+    by_table: dict[str, dict[int, WrittenFragment]] = {}
+    for w in written:
+        by_table.setdefault(w.object_id, {})[w.fragment_id] = w
+    for plan in plans:
+        missing = [fid for fid, _ in plan.fragments if fid not in by_table.get(plan.table.object_id, {})]
+        if missing:
+            raise PartitioningError(f"backfill of {plan.label}: fragment {missing[0]} was not written")
+    return by_table
+
+
+def _merged_or_rewritten(
+    plan: TablePlan,
+    recorded: int | None,
+    written: Mapping[int, WrittenFragment],
+    columns: BackfillColumns,
+    storage_options: Mapping[str, str] | None,
+) -> _Committed | Rewritten:
+    try:
+        return _merged(plan, recorded, written, columns, storage_options)
+    except Rewritten as exc:
+        return exc
 
 
 def _stage(ns: PartitionedNamespace, columns: BackfillColumns, operation: Operation) -> str:
@@ -231,23 +292,22 @@ def _merged(
                     fragments.append(meta)
                     continue
                 if tuple(_files(meta)) != read_files[fid]:
-                    raise ConcurrentModification(
-                        f"{plan.label}: fragment {fid} was rewritten (compacted or updated) while the backfill ran; "
-                        "nothing was committed, run it again"
-                    )
+                    raise Rewritten(f"{plan.label}: fragment {fid} was rewritten (compacted or updated)", oid)
                 fragments.append(_with_new_file(written[fid].fragment, meta, remap, dead))
             if left and set(read_files) - now:
-                raise ConcurrentModification(
-                    f"{plan.label}: fragments were rewritten (compacted or updated) while the backfill ran; "
-                    "nothing was committed, run it again"
-                )
-            ds = lance.LanceDataset.commit(
-                uri,
-                LanceOperation.Merge(fragments, final),
-                read_version=head.version,
-                storage_options=opts,
-                commit_message=COMMIT_MESSAGE,
-            )
+                raise Rewritten(f"{plan.label}: fragments were rewritten (compacted or updated)", oid)
+            try:
+                with translate_lance_errors(f"commit the backfill of {plan.label}"):
+                    ds = lance.LanceDataset.commit(
+                        uri,
+                        LanceOperation.Merge(fragments, final),
+                        read_version=head.version,
+                        storage_options=opts,
+                        commit_message=COMMIT_MESSAGE,
+                    )
+            except ConcurrentModification as exc:  # Lance's own conflict check: look at the table again
+                last = exc
+                continue
             if ds.version != head.version + 1:
                 last = ConcurrentModification(f"{uri}: another commit landed before version {ds.version}")
                 continue
@@ -258,7 +318,10 @@ def _merged(
                 ds = lance.dataset(uri, storage_options=opts)
             t = plan.table
             return _Committed(TableCommit(t.spec_id, t.values, t.location, int(ds.version), oid), left, dropped)
-    raise ConcurrentModification(f"gave up committing {uri} after {DEFAULT_COMMIT_ATTEMPTS} attempts: {last}") from last
+    raise ConcurrentModification(
+        f"backfill of {plan.label}: other commits to its dataset kept landing first "
+        f"({DEFAULT_COMMIT_ATTEMPTS} attempts); nothing was committed, run it again"
+    ) from last
 
 
 def _flat(fields: Sequence[Any]) -> list[Any]:

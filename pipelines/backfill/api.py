@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -14,7 +15,7 @@ from partitioning.state.evolution import ColumnsLike, coerce_columns
 from partitioning.state.partition_tables import PartitionTable
 from partitioning.storage.guard import guarded
 from partitioning.storage.history import Operation
-from partitioning.tables.backfill import backfill_plan, fragment_works, plan_tables
+from partitioning.tables.backfill import TablePlan, WrittenFragment, backfill_plan, fragment_works, plan_tables
 from partitioning.tables.backfill_commit import BackfillResult, commit_backfill
 from partitioning.tables.deletes import whole_partitions
 from partitioning.tables.write import already_committed
@@ -36,6 +37,9 @@ from pipelines.tasks import run_tasks
 __all__ = ["BackfillResult", "backfill_columns"]
 
 _TASK_ROWS = 500_000
+
+
+_log = logging.getLogger(__name__)
 
 
 def backfill_columns(
@@ -78,7 +82,8 @@ def backfill_columns(
 
     A retry with the same ``write_id`` commits nothing twice. Rows another writer appends
     meanwhile are kept and left NULL (``rows_left_null``); a compaction or update of a
-    backfilled fragment meanwhile fails the commit with a retryable
+    backfilled fragment meanwhile makes the backfill compute those partitions again (the
+    others are not recomputed), up to four times, then it fails with a retryable
     :class:`~partitioning.errors.ConcurrentModification`. A Lance index on a replaced
     column is dropped from the backfilled partitions (``indexes_dropped``);
     :func:`pipelines.optimize_indexes` rebuilds it.
@@ -111,24 +116,45 @@ def backfill_columns(
     )
     label = root.rstrip("/").rsplit("/", 1)[-1]
     with guarded(ns.root, ns.storage_options, write_id=write_id, bases=(ns.manifest_version,)) as guard:
-        plans = plan_tables(_tables(spark, ns, filter), columns.before, ns.storage_options)
-        works = fragment_works(plans)
-        total = sum(w.rows for w in works)
-        if rows_per_task is None:
-            tasks = max(3 * (default_parallelism(spark) or 2), -(-total // _TASK_ROWS))
-        else:
-            tasks = -(-total // rows_per_task)
-        groups = group_works(works, tasks)
-        with describe_jobs(spark, f"lance_partitioned: backfill ({label})"), spark_errors("backfill"):
-            if not groups:
-                written = []
-            elif expressions is not None:
-                written = sql_written(spark, groups, columns, expressions, batch_rows, ns.storage_options)
+
+        def compute(tables: Sequence[PartitionTable]) -> tuple[list[TablePlan], list[WrittenFragment]]:
+            plans = plan_tables(tables, columns.before, ns.storage_options)
+            works = fragment_works(plans)
+            total = sum(w.rows for w in works)
+            if rows_per_task is None:
+                tasks = max(3 * (default_parallelism(spark) or 2), -(-total // _TASK_ROWS))
             else:
+                tasks = -(-total // rows_per_task)
+            groups = group_works(works, tasks)
+            with describe_jobs(spark, f"lance_partitioned: backfill ({label})"), spark_errors("backfill"):
+                if not groups:
+                    return plans, []
+                if expressions is not None:
+                    return plans, sql_written(spark, groups, columns, expressions, batch_rows, ns.storage_options)
                 task = FunctionTask(fn, kind, columns, batch_rows, ns.storage_options)  # type: ignore[arg-type]
-                written = [w for done in run_tasks(spark, groups, task) for w in done]
+                return plans, [w for done in run_tasks(spark, groups, task) for w in done]
+
+        def recompute(object_ids: Sequence[str]) -> tuple[list[TablePlan], list[WrittenFragment]]:
+            """The tables another writer rewrote, backfilled again at their recorded versions."""
+            _log.info(
+                "lance_partitioned: backfill of %s: %d table(s) rewritten meanwhile, backfilling them again",
+                root,
+                len(object_ids),
+            )
+            current = ns.refresh(guard=guard).tables_by_id(object_ids)
+            return compute([current[oid] for oid in object_ids if oid in current])
+
+        plans, written = compute(_tables(spark, ns, filter))
         return commit_backfill(
-            ns, columns, plans, written, write_id=write_id, guard=guard, operation=operation, started=started
+            ns,
+            columns,
+            plans,
+            written,
+            write_id=write_id,
+            guard=guard,
+            operation=operation,
+            started=started,
+            recompute=recompute,
         )
 
 
