@@ -5,14 +5,17 @@ Needs no Spark; run it with the project's interpreter, e.g.::
     .venv/bin/python jobs/serve.py --root warehouse/events --port 2333
 
 Prints ``serving <root> at http://127.0.0.1:<port>`` and answers until it is stopped
-(Ctrl-C or SIGTERM, exit status 0). Clients connect with
+(Ctrl-C or SIGTERM: it stops accepting, lets the requests in flight finish, and exits with
+status 0). Clients connect with
 ``lance_namespace.connect("rest", {"uri": "http://127.0.0.1:2333"})`` (pylance's
 ``RestNamespace``) and see the namespaces, properties and committed table versions
 ``__manifest`` records; the server is read-only. ``--port 0`` picks a free port.
 ``--host`` binds elsewhere than localhost; ``--token-env NAME`` requires
 ``Authorization: Bearer <token>``, the token read from the environment variable ``NAME``
-(never from the command line, where other users of the machine could read it). Bad input
-prints one ``error:`` line and exits with status 2.
+(never from the command line, where other users of the machine could read it). A ``--host``
+that is not a loopback address (``127.0.0.0/8``, ``::1``, ``localhost``) without
+``--token-env`` prints one ``warning:`` line to stderr, then serves. Bad input prints one
+``error:`` line and exits with status 2.
 
 An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage options as
 ``--storage-option KEY=VALUE`` (repeatable).
@@ -21,6 +24,7 @@ An object-store root (``s3://``, ``gs://``, ``az://``) takes Lance's storage opt
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import signal
 import sys
@@ -41,6 +45,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a loopback address (127.0.0.0/8, ::1, or IPv4-mapped)."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     stop = threading.Event()
@@ -59,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InvalidInput(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from exc
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        if token is None and not is_loopback(args.host):
+            print(
+                f"warning: serving {args.root} on {args.host} without --token-env: anyone who can reach this port "
+                "can read the namespace",
+                file=sys.stderr,
+                flush=True,
+            )
         with server:
             print(f"serving {args.root} at {server.uri}", flush=True)
             stop.wait()

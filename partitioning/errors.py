@@ -20,6 +20,7 @@ from lance_namespace.errors import (
     NamespaceAlreadyExistsError,
     NamespaceNotFoundError,
     TableNotFoundError,
+    TableVersionNotFoundError,
     UnsupportedOperationError,
 )
 
@@ -50,6 +51,10 @@ class NamespaceAlreadyExists(PartitioningError, NamespaceAlreadyExistsError):
 
 class TableNotFound(PartitioningError, TableNotFoundError):
     """A partition table does not exist (code 4)."""
+
+
+class TableVersionNotFound(PartitioningError, TableVersionNotFoundError):
+    """A version of a partition table no ``__manifest`` version recorded (code 11)."""
 
 
 class ConcurrentModification(PartitioningError, ConcurrentModificationError):

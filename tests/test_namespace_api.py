@@ -9,6 +9,8 @@ input with pyarrow), and the input data itself for the partition values.
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import lance
@@ -18,6 +20,7 @@ import pyarrow.compute as pc
 import pytest
 from lance_namespace import (
     CreateTableRequest,
+    CreateTableVersionRequest,
     DescribeNamespaceRequest,
     DescribeTableRequest,
     DropNamespaceRequest,
@@ -38,6 +41,7 @@ from lance_namespace.errors import (
 )
 
 from partitioning import PartitionedNamespace
+from partitioning.service.namespace_api import PartitionedLanceNamespace
 from partitioning.tables.write import write_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32()), ("name", pa.string())])
@@ -113,8 +117,9 @@ def test_the_tree_and_locations_are_pylances_and_the_versions_hold_the_written_r
 def test_describe_namespace_gives_the_runtime_properties(root: str) -> None:
     client = _ours(root)
     top = client.describe_namespace(DescribeNamespaceRequest(id=[])).properties or {}
-    stored = lance.dataset(str(Path(root) / "__manifest")).metadata  # the root's properties, as Lance keeps them
-    assert top == stored
+    manifest = lance.dataset(str(Path(root) / "__manifest"))
+    stored = manifest.metadata  # the root's properties, as Lance keeps them
+    assert top == {**stored, "manifest_version": str(manifest.version)}
     for version in ("v1", "v2"):
         spec = client.describe_namespace(DescribeNamespaceRequest(id=[version])).properties
         assert spec == {"partition_spec": stored[f"partition_spec_{version}"]}
@@ -218,6 +223,37 @@ def test_only_versions_some_manifest_version_recorded_are_described(tmp_path) ->
     assert sorted(lance.dataset(old.location, version=old.version).to_table()["id"].to_pylist()) == [1, 2]
 
 
+def test_pylance_opens_only_committed_versions_through_the_client(tmp_path: Path) -> None:
+    """``lance.dataset(namespace_client=..., table_id=...)`` (pylance's own call) opens the version
+    ``__manifest`` records, not a crashed writer's later one; an older committed version
+    opens, an uncommitted one is refused; a pinned client opens what its version recorded."""
+    schema = pa.schema([("id", pa.int64()), ("c", pa.string())])
+    root = str(tmp_path / "t")
+    ns = PartitionedNamespace.create(root, schema, ["c"])
+    write_table(ns, pa.table({"id": [1, 2], "c": ["a", "a"]}, schema=schema))
+    pin = PartitionedNamespace.load(root).manifest_version
+    write_table(PartitionedNamespace.load(root), pa.table({"id": [3], "c": ["a"]}, schema=schema))
+    (table,) = PartitionedNamespace.load(root).partitions()
+    lance.write_dataset(pa.table({"id": [99], "c": ["a"]}, schema=schema), table.uri, mode="append")  # a crash
+    ids = table.object_id.split("$")
+    client = _ours(root)
+
+    def ids_read(**kwargs: object) -> list[int]:
+        ds = lance.dataset(namespace_client=client, table_id=ids, **kwargs)  # type: ignore[arg-type]
+        return sorted(ds.to_table(columns=["id"]).column("id").to_pylist())
+
+    assert lance.dataset(table.uri).count_rows() == 4  # the crashed write's rows are the latest on storage
+    assert ids_read() == [1, 2, 3]
+    first = client.list_table_versions(ListTableVersionsRequest(id=ids)).versions[0].version
+    assert ids_read(version=first) == [1, 2]
+    with pytest.raises((OSError, ValueError), match="never committed"):
+        ids_read(version=table.read_version + 1)
+    client = client.at(pin)
+    assert ids_read() == [1, 2]
+    listed = client.list_table_versions(ListTableVersionsRequest(id=ids, descending=True))
+    assert [v.version for v in listed.versions] == [first]
+
+
 @pytest.mark.parametrize(
     ("call", "args", "api"),
     [
@@ -225,7 +261,11 @@ def test_only_versions_some_manifest_version_recorded_are_described(tmp_path) ->
         ("drop_table", (DropTableRequest(id=["v1", "x", "dataset"]),), "drop_partitions"),
         ("drop_namespace", (DropNamespaceRequest(id=["v1"]),), "drop_partitions"),
         ("insert_into_table", (InsertIntoTableRequest(id=["v1", "x", "dataset"]), b""), "write_partitioned"),
-        ("list_table_versions", (ListTableVersionsRequest(id=["v1", "x", "dataset"]),), "history"),
+        (
+            "create_table_version",
+            (CreateTableVersionRequest(id=["v1", "x", "dataset"], version=9, manifest_path="m"),),
+            "__manifest",
+        ),
     ],
 )
 def test_changes_are_refused_with_the_call_to_use(root: str, call: str, args: tuple[object, ...], api: str) -> None:
@@ -234,6 +274,57 @@ def test_changes_are_refused_with_the_call_to_use(root: str, call: str, args: tu
         getattr(_ours(root), call)(*args)
     assert refused.value.code == ErrorCode.UNSUPPORTED
     assert PartitionedNamespace.load(root).manifest_version == before
+
+
+def _walk_total(client: ln.LanceNamespace, between: Callable[[], None] = lambda: None) -> int:
+    """Rows of every table, one request at a time (``between`` runs after each table)."""
+    total = 0
+    for ids in _tables(_tree(client)):
+        described = client.describe_table(DescribeTableRequest(id=ids))
+        total += lance.dataset(described.location, version=described.version).count_rows()
+        between()
+    return total
+
+
+def test_a_pinned_client_walks_one_snapshot_while_commits_land(tmp_path: Path) -> None:
+    """Each commit adds 10 rows to every partition; a walk of the unpinned client can mix
+    versions, a walk pinned at the version the root's describe gave sums exactly that
+    version's rows (counted by pylance at the described table versions)."""
+    schema = pa.schema([("id", pa.int64()), ("c", pa.string())])
+    root = str(tmp_path / "t")
+    batch = iter(range(0, 10_000, 10))
+
+    def commit() -> None:
+        start = next(batch)
+        write_table(
+            PartitionedNamespace.load(root),
+            pa.table({"id": list(range(start, start + 10)), "c": ["a", "b"] * 5}, schema=schema),
+        )
+
+    PartitionedNamespace.create(root, schema, ["c"])
+    commit()
+    latest = _ours(root)
+    pin = int((latest.describe_namespace(DescribeNamespaceRequest(id=[])).properties or {})["manifest_version"])
+    pinned = ln.connect("partitioned", {"root": root, "manifest_version": str(pin)})
+    assert _walk_total(pinned, commit) == 10  # two commits landed during the walk
+    # unpinned: one table read at the 30-row version, the other after one more commit: a total
+    # no version ever had (every committed total is a multiple of 10)
+    assert _walk_total(latest, commit) == 35
+    assert _walk_total(pinned) == 10
+    again = latest.at(pin)
+    assert (again.describe_namespace(DescribeNamespaceRequest(id=[])).properties or {})["manifest_version"] == str(pin)
+    assert _walk_total(again) == 10
+    with pytest.raises(InvalidInputError, match="has no __manifest version 999"):
+        latest.at(999).list_namespaces(ListNamespacesRequest(id=[]))
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "1.5", "abc", "", "\u0661", "9" * 20])
+def test_a_pin_that_is_not_a_positive_whole_number_is_refused(tmp_path: Path, bad: str) -> None:
+    message = re.escape(f"manifest_version must be a positive whole number, got {bad!r}")
+    with pytest.raises(ValueError, match=message):  # connect wraps the client's error in a ValueError
+        ln.connect("partitioned", {"root": str(tmp_path), "manifest_version": bad})
+    with pytest.raises(InvalidInputError, match=message):
+        PartitionedLanceNamespace(str(tmp_path), manifest_version=bad)
 
 
 def test_properties_of_the_client_are_checked(tmp_path: Path) -> None:

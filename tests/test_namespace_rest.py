@@ -39,7 +39,7 @@ from lance_namespace.errors import (
 from test_namespace_api import SCHEMA, _rows, _tables, _tree
 
 from partitioning import NamespaceServer, PartitionedNamespace
-from partitioning.service.rest import MAX_BODY_BYTES
+from partitioning.service.rest import MANIFEST_VERSION_HEADER, MAX_BODY_BYTES
 from partitioning.tables.write import write_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,6 +76,30 @@ def test_rest_answers_are_the_in_process_answers(root: str) -> None:
         client = _rest(server)
         client.namespace_exists(NamespaceExistsRequest(id=["v1"]))
         client.table_exists(TableExistsRequest(id=_tables(_tree(client))[0]))
+
+
+def test_pylance_over_rest_opens_only_committed_versions_and_pins_a_snapshot(tmp_path: Path) -> None:
+    """pylance's ``lance.dataset(namespace_client=<REST client>, table_id=...)`` asks the server
+    for the version (managed versioning): the committed one, not a crashed writer's later one;
+    a client sending the pinning header gets what that ``__manifest`` version recorded."""
+    import lance
+
+    root = str(tmp_path / "ns")
+    ns = PartitionedNamespace.create(root, SCHEMA, ["id"])
+    write_table(ns, _rows([1, 1]))
+    pin = PartitionedNamespace.load(root).manifest_version
+    write_table(PartitionedNamespace.load(root), _rows([1]))
+    (table,) = PartitionedNamespace.load(root).partitions()
+    lance.write_dataset(_rows([1, 1, 1]), table.uri, mode="append")  # a writer that died before __manifest
+    ids = table.object_id.split("$")
+    with NamespaceServer(root) as server:
+        latest = _rest(server)
+        pinned = ln.connect("rest", {"uri": server.uri, f"header.{MANIFEST_VERSION_HEADER}": str(pin)})
+        assert lance.dataset(table.uri).count_rows() == 6  # the latest on storage holds the crashed rows
+        assert lance.dataset(namespace_client=latest, table_id=ids).count_rows() == 3
+        assert lance.dataset(namespace_client=pinned, table_id=ids).count_rows() == 2
+        with pytest.raises((OSError, ValueError), match="never committed"):
+            lance.dataset(namespace_client=latest, table_id=ids, version=table.read_version + 1)
 
 
 def test_pages_and_a_commit_made_while_serving(tmp_path: Path) -> None:
@@ -137,7 +161,7 @@ def test_a_large_body_is_refused_and_a_stalled_request_blocks_no_other(root: str
             )
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=10)
-            assert refused.value.code == 400
+            assert refused.value.code == 413  # Content Too Large, refused before the body is read
             assert json.loads(refused.value.read())["code"] == ErrorCode.INVALID_INPUT
             for length in ("-5", "x"):  # would read to the end of a stream that never ends
                 with socket.create_connection(("127.0.0.1", server.port), timeout=10) as bad:
