@@ -278,7 +278,12 @@ def _merged(
         last: ConcurrentModification | None = None
         for _ in range(DEFAULT_COMMIT_ATTEMPTS):
             moved = recorded != plan.table.read_version
-            head = latest_keeping_indexes(uri, recorded if moved else plan.version, opts)
+            try:  # its Restore of the recorded version can lose to another commit: look again
+                with translate_lance_errors(f"open partition table {oid}"):
+                    head = latest_keeping_indexes(uri, recorded if moved else plan.version, opts)
+            except ConcurrentModification as exc:
+                last = exc
+                continue
             if moved and (not is_aligned(head, columns.before) or _ids(head.lance_schema) != _ids(schema, names)):
                 raise ConcurrentModification(
                     f"{plan.label} changed its columns while the backfill ran; nothing was committed, run it again"
