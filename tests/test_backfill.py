@@ -550,7 +550,7 @@ def test_struct_outputs_are_added_and_replaced(spark, tmp_path):
 
 
 def test_a_lost_race_while_staging_the_schema_is_retried(spark, tmp_path, monkeypatch):
-    import partitioning.tables.backfill_commit as commit_module
+    import partitioning.tables.backfill.commit as commit_module
 
     root = str(tmp_path / "ns")
     make(root, fragments=1, n=60)

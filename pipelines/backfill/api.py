@@ -15,8 +15,8 @@ from partitioning.state.evolution import ColumnsLike, coerce_columns
 from partitioning.state.partition_tables import PartitionTable
 from partitioning.storage.guard import guarded
 from partitioning.storage.history import Operation
-from partitioning.tables.backfill import TablePlan, WrittenFragment, backfill_plan, fragment_works, plan_tables
-from partitioning.tables.backfill_commit import BackfillResult, commit_backfill
+from partitioning.tables.backfill.commit import BackfillResult, commit_backfill
+from partitioning.tables.backfill.plan import TablePlan, WrittenFragment, backfill_plan, fragment_works, plan_tables
 from partitioning.tables.deletes import whole_partitions
 from partitioning.tables.write import already_committed
 from pipelines.backfill.compute import (

@@ -27,7 +27,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.vectors import spark_facing_schema
-from partitioning.tables.backfill import (
+from partitioning.tables.backfill.plan import (
     BackfillColumns,
     FragmentWork,
     conform,

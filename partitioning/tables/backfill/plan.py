@@ -5,7 +5,7 @@ as ONE new Lance data file per fragment (:meth:`lance.LanceFragment.merge_column
 no existing data file is rewritten. The driver validates the columns and plans the
 fragments (:func:`backfill_plan`, :func:`plan_tables`); tasks read a fragment's rows
 (:func:`read_fragment`), compute, check each batch (:func:`conform`) and write its file
-(:func:`write_fragment`), committing nothing; :mod:`partitioning.tables.backfill_commit`
+(:func:`write_fragment`), committing nothing; :mod:`partitioning.tables.backfill.commit`
 commits each dataset once and ``__manifest`` once.
 
 Columns the namespace lacks are added (new field ids, nullable). A column it has is
