@@ -96,7 +96,10 @@ class Touches:
         if self.keys is None or rows.num_rows == 0:
             return rows.num_rows
         names = self.keys.column_names
-        keys = self.keys.cast(pa.schema([schema.field(n) for n in names]))
+        try:
+            keys = self.keys.cast(pa.schema([schema.field(n) for n in names]))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+            return rows.num_rows  # keys that do not compare as the table's: every row counts
         if len(names) == 1:
             return int(pc.sum(pc.is_in(rows.column(names[0]), value_set=keys.column(0))).as_py() or 0)
         return rows.select(names).join(keys.group_by(names).aggregate([]), names, join_type="left semi").num_rows
