@@ -100,7 +100,7 @@ class PartitionedLanceNamespace(LanceNamespace):
     ``properties``: ``storage.<key>`` options reach the root's store (as ``storage_options``);
     ``manifest_version`` pins the client to that ``__manifest`` version; any other key is refused."""
 
-    def __init__(self, root: str | None = None, manifest_version: str | None = None, **properties: str) -> None:
+    def __init__(self, root: str | None = None, manifest_version: str | int | None = None, **properties: str) -> None:
         if not root:
             raise InvalidInput("the partitioned namespace client needs the property 'root'")
         unknown = sorted(k for k in properties if not k.startswith(STORAGE_PREFIX))
@@ -115,11 +115,8 @@ class PartitionedLanceNamespace(LanceNamespace):
     def at(self, manifest_version: int) -> PartitionedLanceNamespace:
         """This client pinned to ``__manifest`` version ``manifest_version``: every answer
         comes from that version (one that vacuum removed is refused, naming the readable ones)."""
-        pinned = PartitionedLanceNamespace(
-            self.root, **{STORAGE_PREFIX + k: v for k, v in self.storage_options.items()}
-        )
-        pinned.manifest_version = parse_manifest_version(manifest_version)
-        return pinned
+        storage = {STORAGE_PREFIX + k: v for k, v in self.storage_options.items()}
+        return PartitionedLanceNamespace(self.root, manifest_version, **storage)
 
     def namespace_id(self) -> str:
         pin = "" if self.manifest_version is None else f", manifest_version: {self.manifest_version}"
@@ -183,7 +180,8 @@ class PartitionedLanceNamespace(LanceNamespace):
 
     def describe_table(self, request: DescribeTableRequest) -> DescribeTableResponse:
         ids, object_id, table = self._table(request.id)
-        version = version_of(request.version) or table.read_version
+        asked = version_of(request.version)
+        version = table.read_version if asked is None else asked
         assert version is not None
         self._check_committed(object_id, table, version, InvalidInput)
         properties = {k: v for k, v in (("read_branch", table.read_branch), ("read_tag", table.read_tag)) if v}
@@ -230,7 +228,8 @@ class PartitionedLanceNamespace(LanceNamespace):
         _, object_id, table = self._table(field_of(request, "id"))
         if field_of(request, "branch"):
             raise Unsupported(f"table {object_id!r}: partition tables are read on main; branch is not supported")
-        version = version_of(field_of(request, "version")) or table.read_version
+        asked = version_of(field_of(request, "version"))
+        version = table.read_version if asked is None else asked
         assert version is not None
         self._check_committed(object_id, table, version, TableVersionNotFound)
         return DescribeTableVersionResponse(version=table_version(table.uri, version))

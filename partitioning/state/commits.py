@@ -13,7 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import random
 import secrets
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
@@ -43,8 +45,11 @@ __all__ = [
     "commit_tables",
     "finish_properties",
     "merge_manifest_rows",
+    "release_intent",
     "remove_tables",
     "stage_properties",
+    "take_intent",
+    "take_intent_for",
     "unstage_properties",
 ]
 
@@ -257,6 +262,28 @@ def take_intent(
     rows = lock_rows(state, state.specs, None, add_intent=intent)
     _commit(ns, base, pa.Table.from_pylist(rows, schema=base.schema), operation)
     return intent
+
+
+INTENT_MIN = dt.timedelta(seconds=15)
+INTENT_MAX = dt.timedelta(minutes=5)
+INTENT_ATTEMPTS = 8
+
+
+def take_intent_for(
+    ns: ManifestHandle, tables: Sequence[str], longest: float, *, what: str, refresh: Callable[[], object]
+) -> Intent | None:
+    """An intent on ``tables`` held for three times ``longest`` (an operation's longest round, in
+    seconds; 15 s to 5 min), each try on the state ``refresh`` re-reads; None if other commits
+    kept getting in first (:data:`INTENT_ATTEMPTS` tries)."""
+    duration = dt.timedelta(seconds=min(INTENT_MAX.total_seconds(), max(INTENT_MIN.total_seconds(), 3 * longest)))
+    taken = Operation("INTENT", {"operation": what}, {"tables": len(tables), "seconds": duration.total_seconds()})
+    for _ in range(INTENT_ATTEMPTS):
+        refresh()
+        try:
+            return take_intent(ns, tables, duration, what=what, operation=taken)
+        except ConcurrentModification:
+            time.sleep(random.uniform(0.005, 0.05))
+    return None
 
 
 def release_intent(ns: ManifestHandle, intent: Intent, *, operation: Operation, attempts: int = 4) -> None:

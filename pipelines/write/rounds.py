@@ -10,15 +10,15 @@ a few lost rounds the operation takes an exclusive intent on the tables it reads
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from partitioning.errors import ConcurrentModification, InvalidInput
 from partitioning.namespace import PartitionedNamespace
-from partitioning.state.commits import release_intent, take_intent
+from partitioning.state.commits import release_intent, take_intent_for
 from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
 from partitioning.storage.intents import Intent
@@ -29,9 +29,6 @@ __all__ = ["DEFAULT_ATTEMPTS", "Round", "rerun_on_conflict"]
 
 DEFAULT_ATTEMPTS = 5
 INTENT_AFTER = 2  # lost rounds before an operation takes an exclusive intent
-INTENT_MIN = dt.timedelta(seconds=15)
-INTENT_MAX = dt.timedelta(minutes=5)
-INTENT_ATTEMPTS = 8
 BACKOFF = 0.05  # seconds; the pause after lost round n is random in [0, BACKOFF * 2**n], at most BACKOFF_MAX
 BACKOFF_MAX = 2.0
 
@@ -88,7 +85,9 @@ def rerun_on_conflict(
                     if number == max_attempts:
                         break
                     if intent is None and number >= intent_after:
-                        intent = _take_intent(ns, guard, cache, what, longest)
+                        intent = take_intent_for(
+                            ns, sorted(cache._read), longest, what=what, refresh=partial(ns.refresh, guard=guard)
+                        )
                     else:
                         time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF * 2**number)))
                     continue
@@ -104,20 +103,3 @@ def rerun_on_conflict(
         f"{what} on {root}: the partitions it read kept changing ({last}); nothing was committed after "
         f"{max_attempts} attempts, run it again"
     ) from last
-
-
-def _take_intent(
-    ns: PartitionedNamespace, guard: Guard, cache: TargetCache, what: str, longest: float
-) -> Intent | None:
-    """An intent on the tables the last round read, held for a few rounds' time; None if
-    other commits kept getting in first (the next round simply runs without one)."""
-    duration = dt.timedelta(seconds=min(INTENT_MAX.total_seconds(), max(INTENT_MIN.total_seconds(), 3 * longest)))
-    tables = sorted(cache._read)
-    taken = Operation("INTENT", {"operation": what}, {"tables": len(tables), "seconds": duration.total_seconds()})
-    for _ in range(INTENT_ATTEMPTS):
-        ns.refresh(guard=guard)
-        try:
-            return take_intent(ns, tables, duration, what=what, operation=taken)
-        except ConcurrentModification:
-            time.sleep(random.uniform(0.005, 0.05))
-    return None

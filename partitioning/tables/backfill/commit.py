@@ -27,12 +27,12 @@ visible, and running the backfill again is safe.
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from partitioning.errors import ConcurrentModification, PartitioningError
 from partitioning.namespace import PartitionedNamespace
@@ -40,7 +40,7 @@ from partitioning.state.commits import (
     finish_properties,
     release_intent,
     stage_properties,
-    take_intent,
+    take_intent_for,
     unstage_properties,
 )
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS
@@ -159,7 +159,14 @@ def commit_backfill(
                 attempt -= 1  # a rerun is not a lost commit race
                 again = {o.object_id for o in rewritten}
                 if not held and reruns >= INTENT_AFTER:
-                    held.extend(_intent(ns, [p.table.object_id for p in plans], longest, guard))
+                    taken = take_intent_for(
+                        ns,
+                        [p.table.object_id for p in plans],
+                        longest,
+                        what="backfill",
+                        refresh=partial(ns.refresh, guard=guard),
+                    )
+                    held.extend([taken] if taken is not None else [])
                 began = time.monotonic()
                 fresh_plans, fresh = recompute(sorted(again))
                 longest = max(longest, time.monotonic() - began)
@@ -220,20 +227,6 @@ def commit_backfill(
     finally:
         if held:
             release_intent(ns, held[0], operation=Operation("INTENT", {"operation": "backfill", "step": "release"}))
-
-
-def _intent(ns: PartitionedNamespace, tables: Sequence[str], longest: float, guard: Guard | None) -> list[Intent]:
-    """An exclusive intent on ``tables`` for three times the longest rerun (15 s to 5 min): other
-    commits to them wait until the backfill has committed; none if other commits kept getting in first."""
-    seconds = min(300.0, max(15.0, 3 * longest))
-    taken = Operation("INTENT", {"operation": "backfill"}, {"tables": len(tables), "seconds": seconds})
-    for _ in range(8):
-        ns.refresh(guard=guard)
-        try:
-            return [take_intent(ns, tables, dt.timedelta(seconds=seconds), what="backfill", operation=taken)]
-        except ConcurrentModification:
-            time.sleep(random.uniform(0.005, 0.05))
-    return []
 
 
 def _by_table(plans: Sequence[TablePlan], written: Sequence[WrittenFragment]) -> dict[str, dict[int, WrittenFragment]]:
