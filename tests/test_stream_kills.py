@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 from stream_worker import SCHEMA, TOKEN, carriers, kill_all, write_hook
 
+from partitioning import NamespaceNotFound
 from partitioning.namespace import PartitionedNamespace
 from pipelines import register_data_source
 
@@ -106,13 +107,19 @@ class Watcher:
         self._thread.join(60)
 
     def _run(self) -> None:
-        last = 0
+        last, created = 0, False
         while not self._stop.is_set():
             try:
                 ids = stored_ids(self.root)
+            except NamespaceNotFound as exc:
+                if created:  # a namespace once read never goes away
+                    self.problems.append(f"read failed after a read succeeded: {exc}")
+                time.sleep(0.05)  # before the first write creates it, it is rightly not there
+                continue
             except Exception as exc:  # any failure to read is what this watcher reports
                 self.problems.append(f"read failed: {type(exc).__name__}: {exc}")
                 continue
+            created = created or bool(ids)
             self.reads += 1
             if len(ids) != len(set(ids)):
                 self.problems.append(f"a read held {len(ids) - len(set(ids))} duplicate ids")
