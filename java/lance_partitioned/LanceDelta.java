@@ -138,6 +138,7 @@ final class LanceDelta {
     private final StructType rowId;
     private final StructType meta;
     private BatchWrite python;
+    private boolean aborted;
 
     Batch(Operation operation, String queryId, StructType data, StructType rowId, StructType meta) {
       this.operation = operation;
@@ -154,14 +155,28 @@ final class LanceDelta {
       return new BridgeFactory(python.createBatchWriterFactory(physical), rowId, meta, data);
     }
 
+    /**
+     * The one commit; when another writer changed rows the statement read, its rows are
+     * dropped and the statement runs again ({@link Rerun}), unless this is such a run.
+     */
     @Override
     public void commit(WriterCommitMessage[] messages) {
-      python.commit(messages);
+      try {
+        python.commit(messages);
+      } catch (RuntimeException failure) {
+        Rerun.Statement statement = Rerun.conflict(failure) && !Rerun.inside() ? Rerun.statement() : null;
+        if (statement == null) {
+          throw failure;
+        }
+        abort(messages);
+        statement.runAgain(operation.command.name(), operation.table.root, LanceSqlError.of(failure));
+      }
     }
 
     @Override
     public void abort(WriterCommitMessage[] messages) {
-      if (python != null) {
+      if (python != null && !aborted) {
+        aborted = true;
         python.abort(messages);
       }
     }

@@ -67,6 +67,16 @@ public final class LanceSqlError extends IllegalArgumentException implements Spa
     return new LanceSqlError("LANCE_INVALID_INPUT", "22023", bare(line), null);
   }
 
+  /** A statement that lost every attempt to other writers' changes: one line, {@code failure} kept. */
+  static LanceSqlError conflict(String line, Throwable failure) {
+    return new LanceSqlError("LANCE_CONCURRENT_MODIFICATION", "40001", line, failure);
+  }
+
+  /** The project's line, without the {@code [CONDITION]} prefix. */
+  String line() {
+    return line;
+  }
+
   /** What the JVM layer does not support (RENAME TABLE, ADD PARTITION, ...): one line. */
   static LanceSqlError unsupported(String line) {
     return new LanceSqlError("LANCE_UNSUPPORTED", "0A000", bare(line), null);

@@ -191,8 +191,9 @@ class DeltaWriter(DataSourceArrowWriter):
                     guard=guard,
                 )
             except ReadSetChanged as exc:
+                why = str(exc).removeprefix(f"{ns.root}: ")
                 raise ConcurrentModification(
-                    f"{self.command} on {ns.root}: {exc}; nothing was committed, run the statement again"
+                    f"{self.command} on {ns.root}: {why}; nothing was committed, run the statement again"
                 ) from exc
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
