@@ -5,9 +5,10 @@ and as a Delta table partitioned the same way. The source (a parquet file both r
 holds ``SOURCE_ROWS`` rows: half update existing ids (a tenth of those move to another
 partition), half are new ids. Each timed run works on a fresh copy of both targets
 (all copies are made before the first timed run); runs are interleaved, median and min/max of ``REPEATS``.
-``update_rows`` of 1% of the rows, spread over every partition (ids whose block of
-``PARTITIONS`` consecutive ids is a multiple of 100; each engine in its own SQL), is timed
-against delta-rs's ``update``. Every run's
+``update_rows`` of 1% of the rows, spread over every partition, is timed against delta-rs's
+``update`` with two predicates: ids whose block of ``PARTITIONS`` consecutive ids is a
+multiple of 100 (each engine in its own SQL; arithmetic Spark must evaluate), and
+``s = 's3'`` (a column Lance's scan filters, so only the matching rows are read). Every run's
 result is checked: row count and the sum of ``v`` equal on both sides. Beside them, Spark's
 floors on the same rows in one parquet file, written to Spark's ``noop`` sink: the join a
 merge needs (the source against the target's keys) and the scan an update needs; and
@@ -51,6 +52,9 @@ TARGET_ROWS = int(os.environ.get("BENCH_MERGE_TARGET_ROWS", 10_000_000))
 SOURCE_ROWS = int(os.environ.get("BENCH_MERGE_SOURCE_ROWS", 1_000_000))
 PARTITIONS = int(os.environ.get("BENCH_MERGE_PARTITIONS", 1_500))
 REPEATS = 3
+# 1% of the rows (s cycles through 97 values), in every partition: a predicate on a non-partition
+# column that Lance's scan evaluates, so only those rows are read (pipelines.write.small)
+COLUMN_PREDICATE = "s = 's3'"
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.float64()), ("s", pa.string())])
 
 
@@ -136,6 +140,12 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
     def delta_update(uri: str) -> None:
         DeltaTable(uri).update(updates={"v": "v + 1"}, predicate=f"(id / {PARTITIONS}) % 100 = 0")
 
+    def ours_update_column(root: str) -> None:
+        update_rows(root, set={"v": "v + 1"}, where=COLUMN_PREDICATE, spark=spark)
+
+    def delta_update_column(uri: str) -> None:
+        DeltaTable(uri).update(updates={"v": "v + 1"}, predicate=COLUMN_PREDICATE)
+
     def merge_floor(_: str) -> None:
         # the least a Spark merge does: the target's keys joined with the source, the changed
         # and new rows written (here to Spark's no-op sink)
@@ -194,6 +204,8 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         "ours update": [],
         "delta update": [],
         "Spark update floor": [],
+        "ours update (s = 's3')": [],
+        "delta update (s = 's3')": [],
         "Lance commit floor": [],
         "PySpark+Lance read floor": [],
     }
@@ -208,6 +220,9 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         _timed(root, ours_update, samples["ours update"])
         _timed(uri, delta_update, samples["delta update"])
         check(root, uri)
+        _timed(root, ours_update_column, samples["ours update (s = 's3')"])
+        _timed(uri, delta_update_column, samples["delta update (s = 's3')"])
+        check(root, uri)
         _timed(spare, read_floor, samples["PySpark+Lance read floor"])
         _timed(spare, lance_floor, samples["Lance commit floor"])
     merge_ratio = statistics.median(samples["ours merge"]) / statistics.median(samples["delta merge"])
@@ -215,7 +230,11 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
     print(f"\nmerge {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS:,} partitions), median of {REPEATS}:")
     for name, s in samples.items():
         print(f"  {name:24s} {_spread(s)}")
+    column_ratio = statistics.median(samples["ours update (s = 's3')"]) / statistics.median(
+        samples["delta update (s = 's3')"]
+    )
     print(f"  merge ratio ours/delta-rs: {merge_ratio:.2f}x; update_rows (1%) ratio: {update_ratio:.2f}x")
+    print(f"  update_rows of the rows where {COLUMN_PREDICATE} (1%, read in the driver): {column_ratio:.2f}x delta-rs")
     med = {name: statistics.median(s) for name, s in samples.items()}
     print(
         f"  Spark floors / delta-rs: merge {med['Spark merge floor'] / med['delta merge']:.2f}x, "

@@ -119,3 +119,38 @@ def test_bucket_write_vs_parquet(spark, tmp_path, shape):
     assert len(PartitionedNamespace.load(str(root)).partitions()) == 16
     df.unpersist()
     with_b.unpersist()
+
+
+FILE_ROWS = int(os.environ.get("BENCH_WRITE_FILE_ROWS", 3_000_000))
+
+
+@pytest.mark.parametrize("shape", ["narrow ints", "mixed strings"])
+def test_writes_from_files_vs_parquet(spark, tmp_path, shape):
+    """Rows read from parquet files (not cached), as users' jobs read them: ``bucket[16](id)``
+    against Spark's ``partitionBy(b).parquet`` of the same files (the bucket computed in the
+    same query), and one partition against ``df.write.parquet``. Targets: 0.8x and 1.0x."""
+    files = str(tmp_path / "input")
+    _shape(spark, shape, FILE_ROWS).repartition(8).write.parquet(files)
+    root, out = tmp_path / "ours", tmp_path / "parquet"
+
+    def ours_bucket() -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        write_partitioned(spark.read.parquet(files), str(root), mode="overwrite", partition_by=["bucket[16](id)"])
+
+    def parquet_bucket() -> None:
+        df = spark.read.parquet(files).withColumn("b", F.pmod(F.hash("id"), F.lit(16)))
+        df.write.mode("overwrite").partitionBy("b").parquet(str(out))
+
+    _compare(f"bucket[16] from files, {shape}", FILE_ROWS, 0.8, ours_bucket, parquet_bucket)
+    assert len(PartitionedNamespace.load(str(root)).partitions()) == 16
+
+    def ours_single() -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        df = spark.read.parquet(files).withColumn("one", F.lit("all"))
+        write_partitioned(df, str(root), mode="overwrite", partition_by=["one"])
+
+    def parquet_single() -> None:
+        spark.read.parquet(files).withColumn("one", F.lit("all")).write.mode("overwrite").parquet(str(out))
+
+    _compare(f"1 partition from files, {shape}", FILE_ROWS, 1.0, ours_single, parquet_single)
+    assert len(PartitionedNamespace.load(str(root)).partitions()) == 1

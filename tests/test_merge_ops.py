@@ -224,7 +224,8 @@ def test_a_rerun_reads_again_only_the_partitions_that_changed(
 
     monkeypatch.setattr(merge_module, "matched_target", spied)
     source = [(20, 2, 99), (1, 1, 11)]
-    result = merge_partitioned(_source(spark, source), root, on="id")
+    every = {c: f"source.`{c}`" for c in COLUMNS}  # the default, spelled out: the join path, which caches
+    result = merge_partitioned(_source(spark, source), root, on="id", set=every)
     by_value = {next(iter(t.values.values())): t.object_id for t in PartitionedNamespace.load(root).partitions()}
     assert reads == [sorted(by_value.values()), [by_value[2]]]
     assert result.rounds == 2 and result.seconds > 0 and "after 2 rounds" in result.summary()

@@ -207,3 +207,51 @@ def test_a_cached_dataframe_of_measured_size_is_written_by_the_driver(
     monkeypatch.setattr(small, "MEASURED_WRITE_BYTES", 1000)
     assert small.small_rows(cached) is None
     cached.unpersist()
+
+
+WIDE = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("x", pa.float64()), ("s", pa.string()), ("n", pa.int64())])
+WIDE_FILTERS = [
+    # (where, the oracle in plain Python with Spark's semantics, read in the driver)
+    ("s = 'ß3'", lambda r: r["s"] == "ß3", True),  # pushed into Lance's scan
+    ("x > 1990.5", lambda r: r["x"] is not None and (r["x"] != r["x"] or r["x"] > 1990.5), True),  # NaN is largest
+    ("s IS NULL AND id < 300", lambda r: r["s"] is None and r["id"] < 300, True),
+    ("id % 50 = 0", lambda r: r["id"] % 50 == 0, False),  # not evaluated outside Spark: Spark's tasks read
+    ("id >= 400", lambda r: r["id"] >= 400, False),  # more rows than the bound: Spark's tasks read
+]
+
+
+def test_a_filter_narrows_the_rows_the_driver_reads(spark: SparkSession, tmp_path: Any, monkeypatch: Any) -> None:
+    """Tables beyond the bound whose rows a filter narrows to a few are read in the driver
+    (only those rows); Spark still evaluates the filter and the new values, so the answers
+    are a plain-Python replay's. What the filter cannot narrow, or narrows to too many
+    rows, goes through Spark's tasks, with the same answers."""
+    rows = [
+        {
+            "id": i,
+            "p": i % 8,
+            "x": float("nan") if i % 97 == 0 else None if i % 89 == 0 else float(i),
+            "s": None if i % 83 == 0 else f"ß{i % 41}",
+            "n": 0,
+        }
+        for i in range(2_000)
+    ]
+    root = str(tmp_path / "ns")
+    write_table(PartitionedNamespace.create(root, WIDE, ["p"]), pa.Table.from_pylist(rows, schema=WIDE))
+    monkeypatch.setattr(small, "SMALL_MAX_ROWS", 150)  # each table holds 250 rows; each filter's rows differ
+    reads: list[str] = []
+    real = targets._spark_rows
+
+    def spied(session: Any, ns: Any, read: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append("tasks")
+        return real(session, ns, read, *args, **kwargs)
+
+    monkeypatch.setattr(targets, "_spark_rows", spied)
+    for where, selects, driver in WIDE_FILTERS:
+        reads.clear()
+        update_rows(root, set={"n": "n + 1"}, where=where, spark=spark)
+        assert (reads == []) is driver, where
+        for r in rows:
+            r["n"] += 1 if selects(r) else 0
+    stored = oracle.stored_rows(root, "p")
+    assert sorted((r["id"], r["n"]) for r in stored) == sorted((r["id"], r["n"]) for r in rows)
+    assert sum(r["n"] for r in rows) > 600  # every filter selected rows

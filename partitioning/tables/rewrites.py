@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lance
+import numpy as np
 import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
@@ -369,6 +370,24 @@ def commit_rewrite(
         f"{mode} on {ns.root} gave up after {max_attempts} __manifest commit attempts lost to concurrent writers; "
         f"nothing of it is visible (last conflict: {last})"
     ) from last
+
+
+def addresses_of(table: pa.Table, tables: str, addresses: str) -> dict[str, list[int]]:
+    """:func:`addresses_by_table` of the columns ``tables`` and ``addresses`` of ``table``, in Arrow and numpy."""
+    if table.num_rows == 0:
+        return {}
+    encoded = table.column(tables).combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = table.column(addresses).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = (codes[1:] != codes[:-1]) | (values[1:] != values[:-1])
+    codes, values = codes[keep], values[keep]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    names = encoded.dictionary.to_pylist()
+    return {names[codes[a]]: values[a:b].tolist() for a, b in zip(starts, ends, strict=True)}
 
 
 def addresses_by_table(tables: Iterable[str], addresses: Iterable[int]) -> dict[str, list[int]]:

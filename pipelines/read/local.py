@@ -16,6 +16,7 @@ version, so reading now rather than later changes nothing but when a read error 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,7 +35,15 @@ from partitioning.state.scan import ScanTask
 from pipelines.session_calls import active_session_kept
 from pipelines.source.slices import read_slice
 
-__all__ = ["LOCAL_MAX_BYTES", "LOCAL_MAX_ROWS", "LOCAL_MAX_TABLES", "local_dataframe", "local_table", "within"]
+__all__ = [
+    "LOCAL_MAX_BYTES",
+    "LOCAL_MAX_ROWS",
+    "LOCAL_MAX_TABLES",
+    "local_dataframe",
+    "local_table",
+    "matching_table",
+    "within",
+]
 
 log = logging.getLogger("lance_partitioned")
 
@@ -111,6 +120,61 @@ def local_table(
         shaped = shaped.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
         shaped = shaped.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
     # one (empty) batch at least: Spark's Arrow conversion cannot build a column from none
+    return pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
+
+
+def matching_table(
+    ns: PartitionedNamespace,
+    pieces: Sequence[TableSlice],
+    output: Sequence[str],
+    scan_filter: Filter,
+    *,
+    exact: Filter | None,
+    bounds: tuple[int, int, int],
+) -> pa.Table | None:
+    """The rows of ``pieces`` a filter may select, with ``_lance_table`` and
+    ``_lance_rowaddr``, read here: ``scan_filter`` goes into each Lance scan (a superset of
+    the matching rows, Lance skipping what it can), ``exact`` (bound, fully understood)
+    narrows them in Arrow. Unlike :func:`local_table` the bounds (tables, rows, bytes) are
+    on the rows read, not on the tables' sizes: a filter picking 1% of 2M rows is read
+    here. None beyond them (the read stops at once) or when a table cannot be read here.
+    """
+    max_tables, max_rows, max_bytes = bounds
+    if len(pieces) > max_tables or any(p.read_version is None for p in pieces):
+        return None
+    taken = [0, 0]  # rows, bytes read so far, by every thread
+    lock = threading.Lock()
+    over = threading.Event()
+
+    def read(piece: TableSlice) -> list[pa.RecordBatch]:
+        dataset = open_partition_table(
+            piece.uri, piece.read_version, piece.read_branch, piece.read_tag, ns.storage_options
+        )
+        out = []
+        for batch in read_slice(
+            piece, ns.namespace_schema, output, scan_filter, exact=exact, row_address=True, dataset=dataset
+        ):
+            if over.is_set():
+                break
+            with lock:
+                taken[0] += batch.num_rows
+                taken[1] += batch.nbytes
+                if taken[0] > max_rows or taken[1] > max_bytes:
+                    over.set()
+            out.append(batch)
+        return out
+
+    try:
+        with ThreadPoolExecutor(max_workers=OPENERS) as pool:
+            batches = [b for part in pool.map(read, pieces) for b in part]
+    except PartitioningError as exc:
+        log.debug("reading the matching rows of %s in the driver failed (%s)", ns.root, first_line(exc))
+        return None
+    if over.is_set():
+        return None
+    shaped = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(c) for c in output]))
+    shaped = shaped.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
+    shaped = shaped.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
     return pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
 
 

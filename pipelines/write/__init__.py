@@ -4,7 +4,8 @@
 fragments on the executors (every write door shares it). ``rewrite`` (``update_rows``,
 ``replace_where``) and ``merge`` (``merge_partitioned``) read their ``targets``, rerun in
 ``rounds`` when they lose a race, and keep ``small`` changes in the driver; a merge reads
-only the target rows the source's keys can match (``matches``).
+only the target rows the source's keys can match (``matches``); a default merge is an
+``upsert``: the matched rows found in the driver, the source appended, no join.
 
 May import: source, read, columns, the session modules, :mod:`partitioning`. Imported by maintenance.
 """

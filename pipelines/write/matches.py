@@ -45,7 +45,7 @@ from pipelines.source.slices import read_slice
 from pipelines.spark_errors import spark_errors
 from pipelines.write.targets import task_rows
 
-__all__ = ["MAX_KEY_BYTES", "MAX_KEY_ROWS", "matched_target", "source_keys"]
+__all__ = ["MAX_KEY_BYTES", "MAX_KEY_ROWS", "key_probe", "matched_target", "source_keys"]
 
 MAX_KEY_ROWS = 4_000_000
 MAX_KEY_BYTES = 64 << 20
@@ -168,16 +168,21 @@ def matched_target(
     schema = read_schema(ns.namespace_schema, list(output), row_address=True)
     if wanted.num_rows == 0:
         return session.createDataFrame([], schema)  # no source key: no target row can match
-    # the keys typed as the tasks read the rows (Spark-facing Arrow types), once, here
+    slots = default_parallelism(session) or 2
+    options = {"with_row_address": "true", "object_ids": json.dumps(sorted(read)), "max_partitions": str(2 * slots)}
+    parts = [p for p in LancePartitionedReader(ns, schema, options).partitions() if isinstance(p, LanceInputPartition)]
+    return task_rows(session, schema, [p.slices for p in parts], key_probe(ns, keys, wanted, output).matching)
+
+
+def key_probe(ns: PartitionedNamespace, keys: Sequence[str], wanted: pa.Table, output: Sequence[str]) -> _Probe:
+    """What keeps the rows (``output``'s columns, with ``_lance_table`` and
+    ``_lance_rowaddr``) whose key tuple is in ``wanted`` (the source's, :func:`source_keys`)."""
+    # the keys typed as the rows are read (Spark-facing Arrow types), once, here
     read_types = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(k) for k in keys]))
     wanted = wanted.select(list(keys)).cast(read_types)
     ordered = None
     if len(keys) == 1 and _integer_like(read_types.field(0).type):
-        ordered = np.sort(_as_int64(wanted.column(0)))  # the tasks need only the sorted values
+        ordered = np.sort(_as_int64(wanted.column(0)))  # a probe needs only the sorted values
         wanted = wanted.slice(0, 0)
-    slots = default_parallelism(session) or 2
-    options = {"with_row_address": "true", "object_ids": json.dumps(sorted(read)), "max_partitions": str(2 * slots)}
-    parts = [p for p in LancePartitionedReader(ns, schema, options).partitions() if isinstance(p, LanceInputPartition)]
     chunk = (CHUNK_ROWS, CHUNK_BYTES)
-    probe = _Probe(ns.namespace_schema, output, tuple(keys), wanted, ns.storage_options, ordered, chunk)
-    return task_rows(session, schema, [p.slices for p in parts], probe.matching)
+    return _Probe(ns.namespace_schema, tuple(output), tuple(keys), wanted, ns.storage_options, ordered, chunk)

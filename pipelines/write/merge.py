@@ -23,7 +23,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
-from functools import reduce
+from functools import partial, reduce
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -48,6 +48,7 @@ from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.small import small_copy, small_target
 from pipelines.write.targets import addresses, target_rows
+from pipelines.write.upsert import is_upsert, upsert_rows
 
 __all__ = ["merge_partitioned"]
 
@@ -208,6 +209,7 @@ def merge_partitioned(
     data = held if held is not None else source
 
     held_keys: dict[str, pa.Table | None] = {}  # the source's keys by schema, collected once
+    upsert = partial(is_upsert, modes=modes, set=set, matched_condition=matched_condition, target_filter=target_filter)
 
     def attempt(run: Round) -> RewriteResult:
         ns = run.ns
@@ -217,8 +219,23 @@ def merge_partitioned(
         read_set = ReadSet(target_filter, session_dialect(session), narrow)
         read = read_set.plan(ns)
         names = schema.arrow.names
-        whole = set is not None or matched_condition is not None or target_filter is not None
-        columns = None if whole else keys
+        matched = upsert_rows(ns, data, read, keys, held_keys) if upsert(source.columns, names) else None
+        if matched is not None:  # "delete the matched rows, append the source": no join
+            return commit_changes(
+                source,
+                ns,
+                matched.select([ROW_TABLE, ROW_ADDRESS]),
+                data,
+                read_set=_with_touches(read_set, data, schema, keys, held is not None, modes, held_keys),
+                read=read,
+                mode="merge",
+                rows_updated=matched.num_rows,
+                operation=Operation("MERGE", parameters),
+                started=started,
+                run=run,
+                local=True if held is not None else None,
+            )
+        columns = None if set is not None or matched_condition is not None or target_filter is not None else keys
         small = small_target(session, ns, read, filter=target_filter, columns=columns) if held is not None else None
         target = (
             small

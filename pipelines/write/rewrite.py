@@ -27,7 +27,7 @@ from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.storage.history import Operation
-from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, addresses_by_table, commit_rewrite
+from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, addresses_of, commit_rewrite
 from pipelines.read_options import session_dialect
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
@@ -62,7 +62,7 @@ def commit_changes(
     on the protected path of ``run`` (the operation's current round); history records
     ``operation`` with the commit's metrics (and its duration since ``started``).
     ``local``: whether the driver writes ``incoming`` (None: Spark's size estimate decides)."""
-    deletions = addresses_by_table(gone.column(ROW_TABLE).to_pylist(), gone.column(ROW_ADDRESS).to_pylist())
+    deletions = addresses_of(gone, ROW_TABLE, ROW_ADDRESS)
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if incoming is None:
         messages, spec_id, schema = _no_messages(ns)

@@ -25,17 +25,22 @@ Spark Connect gives a client no plan statistics, so there the tasks do the work.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import TableSlice
-from partitioning.sql.filters import TrueFilter
-from pipelines.read.local import local_table
-from pipelines.read_options import read_schema
+from partitioning.sql.binding import bind
+from partitioning.sql.filters import Filter, TrueFilter, is_exactly_understood
+from partitioning.sql.from_sql import parse_filter
+from partitioning.sql.rowfilter import arrow_predicate, lance_filter
+from pipelines.read.local import local_table, matching_table
+from pipelines.read_options import read_schema, session_dialect
 from pipelines.session import is_connect
 from pipelines.session_calls import active_session_kept
 from pipelines.spark_errors import where_sql
@@ -54,8 +59,10 @@ __all__ = [
 SMALL_MAX_ROWS = 262_144
 SMALL_MAX_BYTES = 64 << 20
 SMALL_MAX_TABLES = 64
+MATCHING_MAX_TABLES = 4096
 SMALL_WRITE_BYTES = 32 << 20
 MEASURED_WRITE_BYTES = 96 << 20
+log = logging.getLogger("lance_partitioned")
 # plan nodes that can make more rows than their input holds
 _GROWS = re.compile(r"(?m)^[\s:|+-]*(Generate|Join|Expand|Union)\b")
 
@@ -144,6 +151,26 @@ def small_copy(df: DataFrame) -> DataFrame | None:
     return copy if copy.count() <= SMALL_MAX_ROWS else None
 
 
+def pushed_filter(
+    session: SparkSession, ns: PartitionedNamespace, filter: str | None
+) -> tuple[Filter, Filter | None] | None:
+    """``filter`` bound to the namespace (pushed into each Lance scan: a superset of its rows)
+    and, when this process evaluates it exactly as Spark does, the same filter to apply in
+    Arrow; None when neither Lance nor Arrow can narrow the rows (or it does not bind here)."""
+    if not filter:
+        return None
+    dialect = session_dialect(session)
+    schema = ns.namespace_schema.arrow
+    try:
+        bound = bind(parse_filter(filter, dialect), schema, dialect)
+        exact = bound if is_exactly_understood(bound) and arrow_predicate(bound, schema) is not None else None
+    except InvalidInput:
+        return None
+    if exact is None and lance_filter(bound, schema) is None:
+        return None
+    return bound, exact
+
+
 def small_target(
     session: SparkSession,
     ns: PartitionedNamespace,
@@ -154,7 +181,9 @@ def small_target(
 ) -> DataFrame | None:
     """The rows of the tables in ``read`` (object id -> version) at ``ns``'s manifest version,
     with ``_lance_table`` and ``_lance_rowaddr``, read here as a local relation; ``filter``
-    (Spark SQL) is applied by Spark. None when the tables are not small (or one cannot be
+    (Spark SQL) is applied by Spark. When Lance or Arrow can narrow the rows by ``filter``
+    (:func:`pushed_filter`), only the rows it may select are read, and they are what must
+    be small; otherwise the tables. None beyond the bounds (or when a table cannot be
     read here: Spark's tasks then read it, and report what is wrong, as for any read)."""
     if is_connect(session):
         return None
@@ -163,8 +192,21 @@ def small_target(
         return None
     pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
     output = list(columns) if columns is not None else list(ns.schema.names)
-    bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
-    table = local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
+    pushed = pushed_filter(session, ns, filter)
+    if pushed is not None:
+        bounds = (MATCHING_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
+        table = matching_table(ns, pieces, output, pushed[0], exact=pushed[1], bounds=bounds)
+        if table is not None:
+            log.debug(
+                "%s: %d row(s) %r may select, of %d table(s), read in the driver",
+                ns.root,
+                table.num_rows,
+                filter,
+                len(pieces),
+            )
+    else:
+        bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
+        table = local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
     if table is None:
         return None
     schema = read_schema(ns.namespace_schema, output, row_address=True)

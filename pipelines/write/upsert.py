@@ -1,0 +1,125 @@
+"""A merge that is an upsert: the matched target rows found in the driver, no join in Spark.
+
+``merge_partitioned(source, root, on=keys)`` with its default clauses (a matched target row
+becomes the source row, an unmatched source row is inserted, nothing else) changes the
+target exactly as "delete the target rows whose key the source has, then append the
+source". So the source's keys (collected once, :func:`pipelines.write.matches.source_keys`)
+are probed against the key columns of the tables the merge reads, read here with Lance
+(only the keys and row addresses, in threads); the matched rows' addresses are the
+deletions and the source's rows the new fragments, written as any write. No target row
+crosses into Spark and no join runs (``benchmarks/test_bench_merge.py`` times it against
+delta-rs; the figures are in the docs' benchmarks page).
+
+It is taken only when all of these hold, otherwise the merge joins in Spark as before:
+the default clauses with no ``set``, ``matched_condition`` or ``target_filter``; the
+source has exactly the namespace's columns; its keys compare in Arrow as in Spark and were
+collected (same types, no floats; a deterministic plan; not Spark Connect); no key the
+source has is held by two target rows (each would become a copy of the source row).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+
+from partitioning.errors import InvalidInput, PartitioningError, first_line
+from partitioning.namespace import PartitionedNamespace
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
+from pipelines.read.local import OPENERS
+from pipelines.write.matches import key_probe, source_keys
+
+__all__ = ["is_upsert", "matched_rows", "refuse_duplicate_keys", "upsert_rows"]
+
+log = logging.getLogger("lance_partitioned")
+
+
+def is_upsert(
+    source_columns: Sequence[str],
+    names: Sequence[str],
+    *,
+    modes: tuple[str, str, str],
+    set: Mapping[str, str] | None,
+    matched_condition: str | None,
+    target_filter: str | None,
+) -> bool:
+    """Whether a merge with these clauses is "delete the matched rows, append the source"."""
+    plain = set is None and matched_condition is None and target_filter is None
+    return plain and modes == ("update", "insert", "ignore") and sorted(source_columns) == sorted(names)
+
+
+def upsert_rows(
+    ns: PartitionedNamespace,
+    source: DataFrame,
+    read: Mapping[str, int],
+    keys: Sequence[str],
+    held_keys: dict[str, pa.Table | None],
+) -> pa.Table | None:
+    """The target rows (:func:`matched_rows`) an upsert of ``source`` deletes, or None when it
+    cannot be done so. ``held_keys``: the source's keys by namespace schema, collected once
+    for every round (and for the rebase's check of other writers' rows)."""
+    schema = ns.namespace_schema.to_json()
+    if schema not in held_keys:
+        held_keys[schema] = source_keys(source, ns.namespace_schema, keys)
+    wanted = held_keys[schema]
+    matched = matched_rows(ns, read, keys, wanted) if wanted is not None else None
+    if matched is not None and wanted is not None:
+        refuse_duplicate_keys(matched, wanted, keys)
+    return matched
+
+
+def matched_rows(
+    ns: PartitionedNamespace, read: Mapping[str, int], keys: Sequence[str], wanted: pa.Table
+) -> pa.Table | None:
+    """The rows of the tables ``read`` whose key tuple is in ``wanted`` (the source's):
+    ``_lance_table``, ``_lance_rowaddr`` and the keys, read here. None when a table cannot
+    be read here, or when a key the source has is held by more than one target row."""
+    tables = ns.tables_by_id(read)
+    if len(tables) != len(read) or any(t.read_version is None for t in tables.values()):
+        return None
+    empty = pa.schema(
+        [*[pa.field(k, pa.null()) for k in keys], pa.field(ROW_TABLE, pa.string()), pa.field(ROW_ADDRESS, pa.int64())]
+    )
+    if wanted.num_rows == 0 or not tables:
+        return empty.empty_table()
+    probe = key_probe(ns, keys, wanted, keys)
+    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
+    try:
+        with ThreadPoolExecutor(max_workers=OPENERS) as pool:
+            parts = list(pool.map(lambda piece: list(probe.matching([piece])), pieces))
+    except PartitioningError as exc:
+        log.debug("probing the target keys of %s in the driver failed (%s)", ns.root, first_line(exc))
+        return None
+    batches = [b for part in parts for b in part]
+    if not batches:
+        return empty.empty_table()
+    found = pa.Table.from_batches(batches)
+    if found.num_rows and _repeated(found, keys).num_rows:
+        return None  # each of those target rows becomes a copy of the source row: Spark's join does that
+    return found
+
+
+def _repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The key tuples ``table`` holds more than once."""
+    counts = table.group_by(list(keys)).aggregate([([], "count_all")])
+    return counts.filter(pc.greater(counts.column("count_all"), 1))
+
+
+def refuse_duplicate_keys(matched: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> None:
+    """Delta's rule, as the join path checks it: two source rows may not update one target row."""
+    twice = _repeated(wanted, keys)
+    if matched.num_rows == 0 or twice.num_rows == 0:
+        return
+    typed = twice.select(list(keys)).cast(pa.schema([matched.schema.field(k) for k in keys]))
+    hit = matched.join(typed, list(keys), join_type="left semi")
+    if hit.num_rows == 0:
+        return
+    shown = ", ".join(f"{k}={hit.column(k)[0].as_py()!r}" for k in keys)
+    raise InvalidInput(
+        f"merge: {hit.num_rows:,} target row(s) are matched by more than one source row (e.g. {shown}); "
+        "deduplicate the source on the keys; nothing was changed"
+    )

@@ -1,0 +1,34 @@
+"""Grouping the (table, row address) pairs a change deletes, in Arrow: the same mapping a plain
+Python grouping gives (object id -> sorted unique addresses), whatever the order, repeats
+and chunking of the pairs."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from partitioning.tables.rewrites import addresses_of
+
+pairs = st.lists(
+    st.tuples(st.sampled_from(["v1$a$dataset", "v1$b$dataset", "ß$c"]), st.integers(0, 2**40)), max_size=300
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs, st.integers(1, 5))
+def test_addresses_group_as_plain_python_does(rows: list[tuple[str, int]], chunks: int) -> None:
+    expected: dict[str, set[int]] = {}
+    for table, address in rows:
+        expected.setdefault(table, set()).add(address)
+    size = max(1, len(rows) // chunks)
+    pieces = [rows[i : i + size] for i in range(0, len(rows), size)] or [[]]
+    table = pa.Table.from_batches(
+        [
+            pa.record_batch(
+                [pa.array([t for t, _ in p], pa.string()), pa.array([a for _, a in p], pa.int64())], names=["t", "a"]
+            )
+            for p in pieces
+        ]
+    )
+    assert addresses_of(table, "t", "a") == {t: sorted(a) for t, a in expected.items()}

@@ -1,0 +1,120 @@
+"""A default merge (update every column of a matched row, insert the rest) is "delete the
+matched rows, append the source" (pipelines.write.upsert): the target's keys are probed in
+the driver, no join runs in Spark. Its rows are delta-rs's for the same merge, with rows
+that move partitions, NULL keys and a source read from parquet; a key two target rows hold
+goes through the join (each row updated, as delta-rs does); two source rows on one target
+row are refused in the join path's words."""
+
+from __future__ import annotations
+
+import decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+import pipelines.write.merge as merge_module
+from partitioning.errors import InvalidInput
+from partitioning.namespace import PartitionedNamespace
+from partitioning.tables.write import write_table
+from pipelines.write.merge import merge_partitioned
+from tests import merge_oracle as oracle
+
+SCHEMA = pa.schema(
+    [("id", pa.int64()), ("country", pa.string()), ("amount", pa.decimal128(10, 2)), ("note", pa.string())]
+)
+COLUMNS = SCHEMA.names
+
+
+def _rows(ids: list[int | None], countries: list[str], note: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": i,
+            "country": countries[n % len(countries)],
+            "amount": None if n % 7 == 3 else decimal.Decimal(n) * decimal.Decimal("1.25"),
+            "note": note,
+        }
+        for n, i in enumerate(ids)
+    ]
+
+
+def _delta(tmp_path: Path, target: list[dict[str, Any]], source: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = str(tmp_path / "delta")
+    write_deltalake(uri, pa.Table.from_pylist(target, schema=SCHEMA), partition_by=["country"])
+    merger = DeltaTable(uri).merge(
+        pa.Table.from_pylist(source, schema=SCHEMA), "t.id = s.id", source_alias="s", target_alias="t"
+    )
+    merger.when_matched_update_all().when_not_matched_insert_all().execute()
+    return DeltaTable(uri).to_pyarrow_table().to_pylist()
+
+
+@pytest.fixture
+def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many merges went through Spark's join."""
+    calls: list[int] = []
+    real = merge_module._join
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_join", counted)
+    return calls
+
+
+@pytest.mark.parametrize("source_from", ["parquet", "driver"])
+def test_an_upsert_stores_what_delta_rs_stores(
+    spark: SparkSession, tmp_path: Path, joins: list[int], source_from: str
+) -> None:
+    target = _rows(list(range(0, 400)), ["US", "DE", "FR"], "old")
+    # half update existing ids (a third of those under another country: they move), half are new;
+    # two rows without a key, which match nothing and are inserted
+    source = _rows([*range(100, 300, 2), *range(1000, 1100), None, None], ["DE", "JP", "US", "FR"], "new")
+    root = str(tmp_path / "ns")
+    write_table(PartitionedNamespace.create(root, SCHEMA, ["country"]), pa.Table.from_pylist(target, schema=SCHEMA))
+    if source_from == "parquet":
+        pq.write_table(pa.Table.from_pylist(source, schema=SCHEMA), tmp_path / "source.parquet")
+        df = spark.read.parquet(str(tmp_path / "source.parquet"))
+    else:
+        df = spark.createDataFrame(pa.Table.from_pylist(source, schema=SCHEMA).to_pandas())
+        df = df.selectExpr("CAST(id AS bigint) AS id", "country", "CAST(amount AS decimal(10,2)) AS amount", "note")
+    result = merge_partitioned(df, root, on="id")
+    assert joins == []
+    assert (result.rows_updated, result.rows_inserted) == (100, 102)
+    stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
+    assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)
+
+
+def test_a_key_two_target_rows_hold_goes_through_the_join(
+    spark: SparkSession, tmp_path: Path, joins: list[int]
+) -> None:
+    target = [*_rows([1, 2, 3], ["US"], "old"), *_rows([2], ["DE"], "twin")]
+    source = _rows([2, 9], ["FR"], "new")
+    root = str(tmp_path / "ns")
+    write_table(PartitionedNamespace.create(root, SCHEMA, ["country"]), pa.Table.from_pylist(target, schema=SCHEMA))
+    merge_partitioned(
+        spark.createDataFrame(source, "id long, country string, amount decimal(10,2), note string"), root, on="id"
+    )
+    assert joins == [1]
+    stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
+    assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)
+
+
+def test_two_source_rows_on_one_target_row_are_refused(spark: SparkSession, tmp_path: Path, joins: list[int]) -> None:
+    target = _rows([1, 2, 3], ["US"], "old")
+    root = str(tmp_path / "ns")
+    write_table(PartitionedNamespace.create(root, SCHEMA, ["country"]), pa.Table.from_pylist(target, schema=SCHEMA))
+    source = spark.createDataFrame(
+        _rows([2, 2, 7, 7], ["US"], "new"), "id long, country string, amount decimal(10,2), note string"
+    )
+    with pytest.raises(
+        InvalidInput, match=r"^merge: 1 target row\(s\) are matched by more than one source row \(e.g. id=2\)"
+    ):
+        merge_partitioned(source, root, on="id")
+    assert joins == []
+    assert oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS) == oracle.canonical(target, COLUMNS)
