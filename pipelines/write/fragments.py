@@ -62,22 +62,23 @@ def _checked_cast(col: Column, name: str, source: T.DataType, target: T.DataType
     return F.when(bad, F.raise_error(message)).otherwise(casted)
 
 
-def conform_dataframe(df: DataFrame, schema: NamespaceSchema) -> DataFrame:
+def conform_dataframe(df: DataFrame, schema: NamespaceSchema, *, keep: Sequence[str] = ()) -> DataFrame:
     """Apply the write-side schema rules (seed 000 section 4, SPEC-NOTES 12) to ``df``.
 
     Columns not in the namespace are an error naming them; missing nullable columns
     become NULL and missing non-nullable ones are an error; types are cast to the
     namespace's, and an impossible or lossy cast fails the write naming the column.
+    ``keep``: other columns of ``df`` passed through, after the namespace's.
     """
     target = spark_schema(schema)
     source = df.schema
-    extra = [c for c in source.names if c not in target.names]
+    extra = [c for c in source.names if c not in target.names and c not in keep]
     if extra:
         raise SchemaError(
             f"column(s) {', '.join(repr(c) for c in extra)} are not in the namespace schema; "
             f"namespace columns are: {', '.join(target.names)}"
         )
-    if _fits(source, target):
+    if not keep and _fits(source, target):
         return df
     source_types = {f.name: f.dataType for f in source.fields}
     columns = []
@@ -94,7 +95,7 @@ def conform_dataframe(df: DataFrame, schema: NamespaceSchema) -> DataFrame:
                 F.raise_error(F.lit(f"{ERROR_MARKER} column {f.name!r} is not nullable but the input has NULL")),
             ).otherwise(col)
         columns.append(col.alias(f.name))
-    return df.select(*columns)
+    return df.select(*columns, *[F.col(f"`{c}`") for c in keep])
 
 
 def _fits(source: T.StructType, target: T.StructType) -> bool:
@@ -116,12 +117,15 @@ def write_fragments(
     max_open_writers: int = 32,
     plan_layout: bool = False,
     local: bool | None = None,
+    rows: pa.Table | None = None,
 ) -> tuple[pa.Table, FragmentWriter]:
     """Executors write ``df``'s rows as uncommitted fragments of ``ns``'s current spec; the
     commit messages (collected on the driver) and the writer. The caller holds a write lease.
 
     ``local``: the driver collects the rows and writes them itself, one fragment per
     partition (:mod:`pipelines.write.small`); None decides by Spark's size estimate of ``df``.
+    ``rows``: ``df``'s rows, conformed to the namespace and collected already: the driver
+    writes them.
 
     ``cluster`` shuffles the rows by partition (one task per partition value, one
     fragment per partition per task). With ``plan_layout`` it does so only when
@@ -143,8 +147,7 @@ def write_fragments(
         )
 
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
-    rows = None
-    if local is not False:
+    if rows is None and local is not False:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: collect rows ({label})"):
             rows = conformed.toArrow() if local else small_rows(conformed)
     if rows is None and cluster and names and plan_layout:

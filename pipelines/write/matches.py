@@ -31,8 +31,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import TableSlice
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.vectors import spark_facing_schema
 from partitioning.sql.filters import TrueFilter
@@ -45,7 +46,15 @@ from pipelines.source.slices import read_slice
 from pipelines.spark_errors import spark_errors
 from pipelines.write.targets import task_rows
 
-__all__ = ["MAX_KEY_BYTES", "MAX_KEY_ROWS", "key_probe", "matched_target", "source_keys"]
+__all__ = [
+    "MAX_KEY_BYTES",
+    "MAX_KEY_ROWS",
+    "key_probe",
+    "keys_comparable",
+    "matched_target",
+    "refuse_shared_matches",
+    "source_keys",
+]
 
 MAX_KEY_ROWS = 4_000_000
 MAX_KEY_BYTES = 64 << 20
@@ -75,11 +84,7 @@ def _comparable(source: T.DataType, target: T.DataType) -> bool:
 def source_keys(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str]) -> pa.Table | None:
     """The source's key tuples without a NULL, as Arrow; None when they cannot prefilter
     the target (a key type outside the list above, or more than the limits)."""
-    if not _deterministic(source):
-        return None
-    target = spark_schema(schema)
-    by_name = {f.name: f.dataType for f in source.schema.fields}
-    if not all(k in by_name and _comparable(by_name[k], target[k].dataType) for k in keys):
+    if not _deterministic(source) or not keys_comparable(source, schema, keys):
         return None
     columns = source.select(*[F.col(f"`{k}`") for k in keys])
     present = columns.where(" AND ".join(f"`{k}` IS NOT NULL" for k in keys))
@@ -88,6 +93,14 @@ def source_keys(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str])
     if table.num_rows > MAX_KEY_ROWS or table.nbytes > MAX_KEY_BYTES:
         return None
     return table
+
+
+def keys_comparable(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str]) -> bool:
+    """Whether each key has the same Spark type in ``source`` as in the namespace, one that
+    compares in Arrow as in Spark (the list above)."""
+    target = spark_schema(schema)
+    by_name = {f.name: f.dataType for f in source.schema.fields}
+    return all(k in by_name and k in target.names and _comparable(by_name[k], target[k].dataType) for k in keys)
 
 
 def _deterministic(source: DataFrame) -> bool:
@@ -186,3 +199,25 @@ def key_probe(ns: PartitionedNamespace, keys: Sequence[str], wanted: pa.Table, o
         wanted = wanted.slice(0, 0)
     chunk = (CHUNK_ROWS, CHUNK_BYTES)
     return _Probe(ns.namespace_schema, tuple(output), tuple(keys), wanted, ns.storage_options, ordered, chunk)
+
+
+def refuse_shared_matches(gone: pa.Table, keys: Sequence[str], action: str, key_prefix: str) -> None:
+    """Delta's rule: two source rows may not update or delete the same target row. ``gone``:
+    the join's rows that go, their ``action`` (``U``, ``D``, ...) and source keys (``key_prefix``
+    and the key's index)."""
+    matched = gone.filter(pc.is_in(gone.column(action), pa.array(["U", "D"])))
+    if matched.num_rows == 0:
+        return
+    counts = matched.group_by([ROW_TABLE, ROW_ADDRESS]).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if twice.num_rows == 0:
+        return
+    table, address = twice.column(ROW_TABLE)[0].as_py(), twice.column(ROW_ADDRESS)[0].as_py()
+    row = matched.filter(
+        pc.and_(pc.equal(matched.column(ROW_TABLE), table), pc.equal(matched.column(ROW_ADDRESS), address))
+    ).slice(0, 1)
+    shown = ", ".join(f"{k}={row.column(f'{key_prefix}{i}')[0].as_py()!r}" for i, k in enumerate(keys))
+    raise InvalidInput(
+        f"merge: {twice.num_rows:,} target row(s) are matched by more than one source row (e.g. {shown}); "
+        "deduplicate the source on the keys; nothing was changed"
+    )

@@ -11,10 +11,10 @@ row whose partition columns change moves in the same commit
 (:mod:`pipelines.write.rewrite`, :mod:`partitioning.tables.rewrites`).
 
 Which partitions are read: those ``target_filter`` prunes to, and, when the keys
-determine partition fields (identity/bucket/truncate/time of key columns) and
-unmatched target rows are kept, only the partitions holding the source's key values.
-Which rows reach Spark's join: when unmatched target rows are kept, only those whose key
-the source has (a semi-join in the read tasks, :mod:`pipelines.write.matches`).
+determine partition fields and unmatched target rows are kept, only the partitions holding
+the source's key values. Which rows reach Spark's join: when unmatched target rows are
+kept, only those whose key the source has (:mod:`pipelines.write.matches`); a default
+merge runs no join (:mod:`pipelines.write.upsert`).
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ from pipelines.columns.transforms import with_partition_columns
 from pipelines.read_options import session_dialect
 from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import where_sql
-from pipelines.write.matches import matched_target, source_keys
+from pipelines.write.matches import matched_target, refuse_shared_matches, source_keys
 from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.small import small_copy, small_target
 from pipelines.write.targets import addresses, target_rows
-from pipelines.write.upsert import is_upsert, upsert_rows
+from pipelines.write.upsert import HeldSource, is_upsert
 
 __all__ = ["merge_partitioned"]
 
@@ -208,7 +208,8 @@ def merge_partitioned(
     held = small_copy(source)  # a small source: its rows held in memory (pipelines.write.small)
     data = held if held is not None else source
 
-    held_keys: dict[str, pa.Table | None] = {}  # the source's keys by schema, collected once
+    source_held = HeldSource(data, keys, small=held is not None)
+    held_keys = source_held.keys_by_schema  # the source's keys by schema, collected once
     upsert = partial(is_upsert, modes=modes, set=set, matched_condition=matched_condition, target_filter=target_filter)
 
     def attempt(run: Round) -> RewriteResult:
@@ -219,8 +220,9 @@ def merge_partitioned(
         read_set = ReadSet(target_filter, session_dialect(session), narrow)
         read = read_set.plan(ns)
         names = schema.arrow.names
-        matched = upsert_rows(ns, data, read, keys, held_keys) if upsert(source.columns, names) else None
-        if matched is not None:  # "delete the matched rows, append the source": no join
+        change = source_held.upsert(ns, read) if upsert(source.columns, names) else None
+        if change is not None:  # "delete the matched rows, append the source": no join
+            matched, rows = change
             return commit_changes(
                 source,
                 ns,
@@ -233,7 +235,7 @@ def merge_partitioned(
                 operation=Operation("MERGE", parameters),
                 started=started,
                 run=run,
-                local=True if held is not None else None,
+                rows=rows,
             )
         columns = None if set is not None or matched_condition is not None or target_filter is not None else keys
         small = small_target(session, ns, read, filter=target_filter, columns=columns) if held is not None else None
@@ -253,7 +255,7 @@ def merge_partitioned(
                 ),
                 f"merge into {ns.root}",
             )
-            _refuse_duplicates(gone, keys)
+            refuse_shared_matches(gone, keys, _ACTION, _KEY)
             actions = pc.value_counts(gone.column(_ACTION)).to_pylist() if gone.num_rows else []
             count = {a["values"]: a["counts"] for a in actions}
             incoming = plan.where(F.col(_ACTION).isin("U", "I")).select(*[F.col(f"`{c}`") for c in names])
@@ -377,24 +379,4 @@ def _with_rows(joined: DataFrame, action: Column, columns: list[Column], keys: S
             *[F.col(f"source.`{k}`").alias(f"{_KEY}{i}") for i, k in enumerate(keys)],
             *columns,
         )
-    )
-
-
-def _refuse_duplicates(gone: pa.Table, keys: Sequence[str]) -> None:
-    """Delta's rule: two source rows may not update or delete the same target row."""
-    matched = gone.filter(pc.is_in(gone.column(_ACTION), pa.array(["U", "D"])))
-    if matched.num_rows == 0:
-        return
-    counts = matched.group_by([ROW_TABLE, ROW_ADDRESS]).aggregate([([], "count_all")])
-    twice = counts.filter(pc.greater(counts.column("count_all"), 1))
-    if twice.num_rows == 0:
-        return
-    table, address = twice.column(ROW_TABLE)[0].as_py(), twice.column(ROW_ADDRESS)[0].as_py()
-    row = matched.filter(
-        pc.and_(pc.equal(matched.column(ROW_TABLE), table), pc.equal(matched.column(ROW_ADDRESS), address))
-    ).slice(0, 1)
-    shown = ", ".join(f"{k}={row.column(f'{_KEY}{i}')[0].as_py()!r}" for i, k in enumerate(keys))
-    raise InvalidInput(
-        f"merge: {twice.num_rows:,} target row(s) are matched by more than one source row (e.g. {shown}); "
-        "deduplicate the source on the keys; nothing was changed"
     )

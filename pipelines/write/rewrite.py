@@ -33,7 +33,7 @@ from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import session_or_active
-from pipelines.write.fragments import write_fragments
+from pipelines.write.fragments import conform_dataframe, write_fragments
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.small import small_target
 from pipelines.write.targets import addresses, target_rows
@@ -57,17 +57,19 @@ def commit_changes(
     started: float | None = None,
     run: Round,
     local: bool | None = None,
+    rows: pa.Table | None = None,
 ) -> RewriteResult:
     """Write ``incoming`` as fragments and commit them with the deletion of ``gone``'s rows,
     on the protected path of ``run`` (the operation's current round); history records
     ``operation`` with the commit's metrics (and its duration since ``started``).
-    ``local``: whether the driver writes ``incoming`` (None: Spark's size estimate decides)."""
+    ``local``: whether the driver writes ``incoming`` (None: Spark's size estimate decides);
+    ``rows``: ``incoming``'s rows, conformed and collected already (the driver writes them)."""
     deletions = addresses_of(gone, ROW_TABLE, ROW_ADDRESS)
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if incoming is None:
         messages, spec_id, schema = _no_messages(ns)
     else:
-        messages, writer = write_fragments(incoming, ns, local=local, **dict(sizes or {}))
+        messages, writer = write_fragments(incoming, ns, local=local, rows=rows, **dict(sizes or {}))
         spec_id, schema = writer.planner.spec_id, writer.schema
     with describe_jobs(source.sparkSession, f"lance_partitioned: commit {mode} ({label})"):
         return commit_rewrite(
@@ -197,8 +199,14 @@ def update_rows(
         except PySparkException as exc:
             raise InvalidInput(f"update_rows: {first_line(exc)}") from exc
         try:
-            gone = addresses(updated.select(ROW_TABLE, ROW_ADDRESS), f"update_rows on {ns.root}")
             incoming = updated.select(*[F.col(f"`{c}`") for c in names])
+            collected = None
+            if small is not None:  # one pass: the addresses and the new rows, conformed for the driver's writer
+                with spark_errors(f"update_rows on {ns.root}"):
+                    both = conform_dataframe(updated, ns.namespace_schema, keep=(ROW_TABLE, ROW_ADDRESS)).toArrow()
+                gone, collected = both.select([ROW_TABLE, ROW_ADDRESS]), both.drop_columns([ROW_TABLE, ROW_ADDRESS])
+            else:
+                gone = addresses(updated.select(ROW_TABLE, ROW_ADDRESS), f"update_rows on {ns.root}")
             return commit_changes(
                 rows,
                 ns,
@@ -212,6 +220,7 @@ def update_rows(
                 started=started,
                 run=run,
                 local=small is not None,
+                rows=collected,
             )
         finally:
             updated.unpersist()

@@ -3,18 +3,22 @@
 ``merge_partitioned(source, root, on=keys)`` with its default clauses (a matched target row
 becomes the source row, an unmatched source row is inserted, nothing else) changes the
 target exactly as "delete the target rows whose key the source has, then append the
-source". So the source's keys (collected once, :func:`pipelines.write.matches.source_keys`)
-are probed against the key columns of the tables the merge reads, read here with Lance
-(only the keys and row addresses, in threads); the matched rows' addresses are the
-deletions and the source's rows the new fragments, written as any write. No target row
-crosses into Spark and no join runs (``benchmarks/test_bench_merge.py`` times it against
-delta-rs; the figures are in the docs' benchmarks page).
+source". So the driver probes the source's keys against the key columns of the tables the
+merge reads (Lance reads only the keys and row addresses, in threads); the matched rows'
+addresses are the deletions and the source's rows the new fragments. A source Spark
+estimates at most :data:`COLLECT_ESTIMATE` bytes (a parquet file of a few hundred thousand
+rows) or holds in memory is collected once, conformed: its keys and its rows come from that
+one pass and the driver writes the fragments; a larger one gives its keys
+(:func:`pipelines.write.matches.source_keys`) and its rows are written by Spark's tasks as any
+write. No target row crosses into Spark and no join runs (``benchmarks/test_bench_merge.py``
+times it against delta-rs; the figures are in the docs' benchmarks page).
 
 It is taken only when all of these hold, otherwise the merge joins in Spark as before:
 the default clauses with no ``set``, ``matched_condition`` or ``target_filter``; the
 source has exactly the namespace's columns; its keys compare in Arrow as in Spark and were
-collected (same types, no floats; a deterministic plan; not Spark Connect); no key the
-source has is held by two target rows (each would become a copy of the source row).
+collected (same types, no floats; not Spark Connect; a deterministic plan unless collected
+with the rows); no key the source has is held by two target rows (each would become a copy
+of the source row).
 """
 
 from __future__ import annotations
@@ -30,10 +34,16 @@ from pyspark.sql import DataFrame
 from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
+from partitioning.spec.schema import NamespaceSchema
 from pipelines.read.local import OPENERS
-from pipelines.write.matches import key_probe, source_keys
+from pipelines.session import is_connect
+from pipelines.spark_errors import spark_errors
+from pipelines.write.fragments import conform_dataframe
+from pipelines.write.matches import MAX_KEY_ROWS, key_probe, keys_comparable, source_keys
 
-__all__ = ["is_upsert", "matched_rows", "refuse_duplicate_keys", "upsert_rows"]
+__all__ = ["COLLECT_ESTIMATE", "HeldSource", "is_upsert", "matched_rows", "refuse_duplicate_keys"]
+
+COLLECT_ESTIMATE = 16 << 20
 
 log = logging.getLogger("lance_partitioned")
 
@@ -52,24 +62,56 @@ def is_upsert(
     return plain and modes == ("update", "insert", "ignore") and sorted(source_columns) == sorted(names)
 
 
-def upsert_rows(
-    ns: PartitionedNamespace,
-    source: DataFrame,
-    read: Mapping[str, int],
-    keys: Sequence[str],
-    held_keys: dict[str, pa.Table | None],
-) -> pa.Table | None:
-    """The target rows (:func:`matched_rows`) an upsert of ``source`` deletes, or None when it
-    cannot be done so. ``held_keys``: the source's keys by namespace schema, collected once
-    for every round (and for the rebase's check of other writers' rows)."""
-    schema = ns.namespace_schema.to_json()
-    if schema not in held_keys:
-        held_keys[schema] = source_keys(source, ns.namespace_schema, keys)
-    wanted = held_keys[schema]
-    matched = matched_rows(ns, read, keys, wanted) if wanted is not None else None
-    if matched is not None and wanted is not None:
-        refuse_duplicate_keys(matched, wanted, keys)
-    return matched
+class HeldSource:
+    """A merge source's keys (and, when small, its rows) per namespace schema, collected once
+    for every round; the keys also serve the rebase's check of other writers' rows."""
+
+    def __init__(self, source: DataFrame, keys: Sequence[str], *, small: bool) -> None:
+        self.source, self.keys, self.small = source, list(keys), small  # small: held in memory already
+        self.keys_by_schema: dict[str, pa.Table | None] = {}
+        self._rows: dict[str, pa.Table | None] = {}
+
+    def upsert(self, ns: PartitionedNamespace, read: Mapping[str, int]) -> tuple[pa.Table, pa.Table | None] | None:
+        """The target rows (:func:`matched_rows`) the upsert deletes and the source's rows
+        conformed and collected (None: Spark's tasks write them); None when it cannot be
+        done so."""
+        schema = ns.namespace_schema.to_json()
+        if schema not in self.keys_by_schema:
+            rows = _collected(self.source, ns.namespace_schema, self.keys, self.small)
+            self._rows[schema] = rows
+            self.keys_by_schema[schema] = (
+                _present(rows, self.keys)
+                if rows is not None
+                else source_keys(self.source, ns.namespace_schema, self.keys)
+            )
+        wanted = self.keys_by_schema[schema]
+        matched = matched_rows(ns, read, self.keys, wanted) if wanted is not None else None
+        if matched is None or wanted is None:
+            return None
+        refuse_duplicate_keys(matched, wanted, self.keys)
+        return matched, self._rows.get(schema)
+
+
+def _collected(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str], small: bool) -> pa.Table | None:
+    """``source``'s rows conformed to ``schema``, collected here when it is ``small`` or Spark
+    estimates its plan at most :data:`COLLECT_ESTIMATE` bytes (files: their size) and it has at most
+    :data:`MAX_KEY_ROWS` rows: keys and rows then come from one pass (so the plan need not be
+    deterministic) and the driver writes the fragments, without Python workers."""
+    if is_connect(source.sparkSession) or not keys_comparable(source, schema, keys):
+        return None
+    if not small and int(str(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())) > COLLECT_ESTIMATE:
+        return None  # (classic only: Connect is refused above)
+    with spark_errors("merge: collect the source"):
+        rows = conform_dataframe(source, schema).limit(MAX_KEY_ROWS + 1).toArrow()
+    return rows if rows.num_rows <= MAX_KEY_ROWS else None
+
+
+def _present(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The key tuples of ``rows`` without a NULL (a NULL key matches nothing)."""
+    table = rows.select(list(keys))
+    for k in keys:
+        table = table.filter(pc.is_valid(table.column(k)))
+    return table
 
 
 def matched_rows(
