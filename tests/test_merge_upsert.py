@@ -118,3 +118,21 @@ def test_two_source_rows_on_one_target_row_are_refused(spark: SparkSession, tmp_
         merge_partitioned(source, root, on="id")
     assert joins == []
     assert oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS) == oracle.canonical(target, COLUMNS)
+
+
+def test_a_target_beyond_the_probe_bound_goes_through_the_join(
+    spark: SparkSession, tmp_path: Path, joins: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond PROBE_MAX_ROWS target rows the driver does not read the keys: Spark's tasks do."""
+    import pipelines.write.upsert as upsert
+
+    monkeypatch.setattr(upsert, "PROBE_MAX_ROWS", 50)
+    target = _rows(list(range(60)), ["US", "DE"], "old")
+    source = _rows([5, 70], ["FR"], "new")
+    root = str(tmp_path / "ns")
+    write_table(PartitionedNamespace.create(root, SCHEMA, ["country"]), pa.Table.from_pylist(target, schema=SCHEMA))
+    schema = "id long, country string, amount decimal(10,2), note string"
+    merge_partitioned(spark.createDataFrame(source, schema), root, on="id")
+    assert joins == [1]
+    stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
+    assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)

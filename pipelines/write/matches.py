@@ -123,15 +123,24 @@ class _Probe:
     ordered: np.ndarray | None  # one integer-like key: its values as sorted int64
     chunk: tuple[int, int]  # rows, bytes held before a probe
 
-    def matching(self, slices: Sequence[TableSlice]) -> Iterator[pa.RecordBatch]:
+    def matching(
+        self, slices: Sequence[TableSlice], opened: Mapping[str, Any] | None = None
+    ) -> Iterator[pa.RecordBatch]:
         """The rows of ``slices`` whose key tuple is wanted. Arrow builds a hash table of the
         wanted keys per call, so batches are held up to ``chunk`` (:data:`CHUNK_ROWS` rows or
-        :data:`CHUNK_BYTES` bytes) and probed together; sorted int64s are probed per batch."""
+        :data:`CHUNK_BYTES` bytes) and probed together; sorted int64s are probed per batch.
+        ``opened``: datasets opened already at the slices' versions, by object id."""
         held: list[pa.RecordBatch] = []
         rows = size = 0
         for piece in slices:
             for batch in read_slice(
-                piece, self.schema, self.output, TrueFilter(), row_address=True, storage_options=self.storage_options
+                piece,
+                self.schema,
+                self.output,
+                TrueFilter(),
+                row_address=True,
+                storage_options=self.storage_options,
+                dataset=(opened or {}).get(piece.object_id),
             ):
                 held.append(batch)
                 rows, size = rows + batch.num_rows, size + batch.nbytes

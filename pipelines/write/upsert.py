@@ -14,11 +14,12 @@ write. No target row crosses into Spark and no join runs (``benchmarks/test_benc
 times it against delta-rs; the figures are in the docs' benchmarks page).
 
 It is taken only when all of these hold, otherwise the merge joins in Spark as before:
-the default clauses with no ``set``, ``matched_condition`` or ``target_filter``; the
-source has exactly the namespace's columns; its keys compare in Arrow as in Spark and were
-collected (same types, no floats; not Spark Connect; a deterministic plan unless collected
-with the rows); no key the source has is held by two target rows (each would become a copy
-of the source row).
+the tables it reads hold at most :data:`PROBE_MAX_ROWS` rows (beyond, Spark's tasks read
+the keys, on every executor there is); the default clauses with no ``set``,
+``matched_condition`` or ``target_filter``; the source has exactly the namespace's
+columns; its keys compare in Arrow as in Spark and were collected (same types, no floats;
+not Spark Connect; a deterministic plan unless collected with the rows); no key the source
+has is held by two target rows (each would become a copy of the source row).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -35,15 +37,17 @@ from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.schema import NamespaceSchema
+from partitioning.state.partition_tables import open_partition_table
 from pipelines.read.local import OPENERS
 from pipelines.session import is_connect
 from pipelines.spark_errors import spark_errors
 from pipelines.write.fragments import conform_dataframe
 from pipelines.write.matches import MAX_KEY_ROWS, key_probe, keys_comparable, source_keys
 
-__all__ = ["COLLECT_ESTIMATE", "HeldSource", "is_upsert", "matched_rows", "refuse_duplicate_keys"]
+__all__ = ["COLLECT_ESTIMATE", "PROBE_MAX_ROWS", "HeldSource", "is_upsert", "matched_rows", "refuse_duplicate_keys"]
 
 COLLECT_ESTIMATE = 16 << 20
+PROBE_MAX_ROWS = 50_000_000  # target rows whose keys the driver reads; beyond, Spark's tasks do
 
 log = logging.getLogger("lance_partitioned")
 
@@ -118,8 +122,9 @@ def matched_rows(
     ns: PartitionedNamespace, read: Mapping[str, int], keys: Sequence[str], wanted: pa.Table
 ) -> pa.Table | None:
     """The rows of the tables ``read`` whose key tuple is in ``wanted`` (the source's):
-    ``_lance_table``, ``_lance_rowaddr`` and the keys, read here. None when a table cannot
-    be read here, or when a key the source has is held by more than one target row."""
+    ``_lance_table``, ``_lance_rowaddr`` and the keys, read here. None when the tables hold
+    more than :data:`PROBE_MAX_ROWS` rows or one cannot be read here, or when a key the
+    source has is held by more than one target row."""
     tables = ns.tables_by_id(read)
     if len(tables) != len(read) or any(t.read_version is None for t in tables.values()):
         return None
@@ -130,9 +135,12 @@ def matched_rows(
         return empty.empty_table()
     probe = key_probe(ns, keys, wanted, keys)
     pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
+    opened = _opened(ns, pieces)
+    if opened is None:
+        return None
     try:
         with ThreadPoolExecutor(max_workers=OPENERS) as pool:
-            parts = list(pool.map(lambda piece: list(probe.matching([piece])), pieces))
+            parts = list(pool.map(lambda piece: list(probe.matching([piece], opened)), pieces))
     except PartitioningError as exc:
         log.debug("probing the target keys of %s in the driver failed (%s)", ns.root, first_line(exc))
         return None
@@ -143,6 +151,28 @@ def matched_rows(
     if found.num_rows and _repeated(found, keys).num_rows:
         return None  # each of those target rows becomes a copy of the source row: Spark's join does that
     return found
+
+
+def _opened(ns: PartitionedNamespace, pieces: Sequence[TableSlice]) -> dict[str, lance.LanceDataset] | None:
+    """The tables opened at their versions, by object id; None when they hold more than
+    :data:`PROBE_MAX_ROWS` rows (their fragment metadata: Spark's tasks then read the keys, on
+    as many executors as there are) or one cannot be opened here."""
+
+    def one(piece: TableSlice) -> lance.LanceDataset:
+        return open_partition_table(
+            piece.uri, piece.read_version, piece.read_branch, piece.read_tag, ns.storage_options
+        )
+
+    try:
+        with ThreadPoolExecutor(max_workers=OPENERS) as pool:
+            datasets = list(pool.map(one, pieces))
+    except PartitioningError as exc:
+        log.debug("opening the tables of %s in the driver failed (%s)", ns.root, first_line(exc))
+        return None
+    counts = [f.metadata.physical_rows for d in datasets for f in d.get_fragments()]
+    if None in counts or sum(c or 0 for c in counts) > PROBE_MAX_ROWS:
+        return None  # (a client that does not record its fragments' rows: not known to be few)
+    return {p.object_id: d for p, d in zip(pieces, datasets, strict=True)}
 
 
 def _repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
