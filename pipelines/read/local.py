@@ -115,12 +115,7 @@ def local_table(
             first_line(exc),
         )
         return None
-    shaped = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(c) for c in output]))
-    if row_address:
-        shaped = shaped.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
-        shaped = shaped.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
-    # one (empty) batch at least: Spark's Arrow conversion cannot build a column from none
-    return pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
+    return _as_table(ns, output, batches, row_address)
 
 
 def matching_table(
@@ -172,9 +167,18 @@ def matching_table(
         return None
     if over.is_set():
         return None
+    return _as_table(ns, output, batches, True)
+
+
+def _as_table(
+    ns: PartitionedNamespace, output: Sequence[str], batches: list[pa.RecordBatch], row_address: bool
+) -> pa.Table:
+    """``batches`` as one table typed as Spark reads ``output`` (with the row address columns)."""
     shaped = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(c) for c in output]))
-    shaped = shaped.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
-    shaped = shaped.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
+    if row_address:
+        shaped = shaped.append(pa.field(ROW_TABLE, pa.string(), nullable=False))
+        shaped = shaped.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
+    # one (empty) batch at least: Spark's Arrow conversion cannot build a column from none
     return pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
 
 

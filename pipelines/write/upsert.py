@@ -103,8 +103,10 @@ def _collected(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str], 
     deterministic) and the driver writes the fragments, without Python workers."""
     if is_connect(source.sparkSession) or not keys_comparable(source, schema, keys):
         return None
-    if not small and int(str(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())) > COLLECT_ESTIMATE:
-        return None  # (classic only: Connect is refused above)
+    if not small:
+        plan = source._jdf.queryExecution().optimizedPlan()  # classic-only (guarded by is_connect above)
+        if int(str(plan.stats().sizeInBytes())) > COLLECT_ESTIMATE:
+            return None
     with spark_errors("merge: collect the source"):
         rows = conform_dataframe(source, schema).limit(MAX_KEY_ROWS + 1).toArrow()
     return rows if rows.num_rows <= MAX_KEY_ROWS else None
