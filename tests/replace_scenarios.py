@@ -8,7 +8,8 @@ runs one statement that fails (in analysis, in a task, or at the commit) and ret
 ``(label, got, want)`` checks: every ``__manifest`` version, the latest included, reads the
 same rows (read with plain pylance from each partition dataset at the version its row
 records) and the files that existed are byte for byte the same. Successful statements are
-checked against rows computed here in plain Python (pandas-free: the inputs are tiny).
+checked against pandas computing the same statements on the same rows, read both by Spark
+and by plain pylance.
 
 A commit-time failure is made for real: a Python UDF in one task changes the table's
 schema (as another session's ``ALTER TABLE`` would) while the statement runs, so the
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import lance
+import pandas as pd
 from pyspark.sql import functions as F
 
 Check = tuple[str, Any, Any]
@@ -262,20 +264,45 @@ def failed_creates(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
     source.drop()
 
 
+def lance_rows(root: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    """The latest version's rows, ``columns`` in order, read with plain pylance."""
+    manifest = lance.dataset(f"{root}/__manifest")
+    out = []
+    for row in manifest.to_table(filter="object_type = 'table'").to_pylist():
+        data = lance.dataset(f"{root}/{row['location']}", version=row["read_version"]).to_table(columns=columns)
+        out.extend(tuple(r[c] for c in columns) for r in data.to_pylist())
+    return sorted(out, key=repr)
+
+
+def model_rows(model: pd.DataFrame) -> list[tuple[Any, ...]]:
+    return sorted(
+        (tuple(None if pd.isna(v) else v for v in r) for r in model.astype(object).itertuples(index=False)), key=repr
+    )
+
+
+def agrees(label: str, t: Table, model: pd.DataFrame) -> Iterator[Check]:
+    """Spark's rows and plain Lance's rows of ``t`` are pandas' ``model``, columns and all."""
+    columns = list(model.columns)
+    yield f"{label}: the columns", t.spark.table(t.ident).columns, columns
+    spark_rows = sorted((tuple(r) for r in t.spark.table(t.ident).collect()), key=repr)
+    yield f"{label}: Spark's rows are pandas'", spark_rows, model_rows(model)
+    yield f"{label}: plain Lance's rows are pandas'", lance_rows(t.root, columns), model_rows(model)
+
+
 def successful_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
-    """A replace shows the new rows and schema; VERSION / TIMESTAMP AS OF before it read the old ones."""
+    """Replaces and overwrites that succeed: after each, Spark and plain Lance read what pandas
+    computes from the same rows; VERSION / TIMESTAMP AS OF before the replace read the old ones."""
     t = Table(spark, warehouse, ns)
+    model = pd.DataFrame(ROWS, columns=["id", "country", "amount"])
     before = latest(t.root)
     when = spark.sql(f"SELECT max(timestamp) FROM {t.ident}.history").collect()[0][0]
     spark.sql(
         f"REPLACE TABLE {t.ident} PARTITIONED BY (bucket(4, id)) AS "
         f"SELECT id, country, amount * 2 AS amount, concat('n', id) AS note FROM {t.ident} WHERE id > 1"
     )
-    want = sorted((i, c, a * 2, f"n{i}") for i, c, a in ROWS if i > 1)
-    got = sorted(tuple(r) for r in spark.sql(f"SELECT id, country, amount, note FROM {t.ident}").collect())
-    yield "REPLACE AS SELECT: the new rows", got, want
-    yield "REPLACE AS SELECT: the new columns", spark.table(t.ident).columns, ["id", "country", "amount", "note"]
-    yield "REPLACE AS SELECT: plain Lance reads the new rows", len(table_rows(t.root, latest(t.root))), len(want)
+    kept = model[model.id > 1]
+    model = kept.assign(amount=kept.amount * 2, note="n" + kept.id.astype(str))
+    yield from agrees("REPLACE AS SELECT", t, model)
     old = spark.sql(f"SELECT * FROM {t.ident} VERSION AS OF {before}")
     yield "VERSION AS OF before the replace: old columns", old.columns, ["id", "country", "amount"]
     yield "VERSION AS OF before the replace: old rows", sorted(tuple(r) for r in old.collect()), sorted(ROWS)
@@ -285,13 +312,25 @@ def successful_replaces(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
     yield "history: the replace is one operation", sorted({r.operation for r in history.collect()}), ["REPLACE"]
 
     spark.sql(f"REPLACE TABLE {t.ident} (id BIGINT, country STRING) PARTITIONED BY (country)")
-    yield "REPLACE TABLE without AS SELECT: empty", spark.table(t.ident).count(), 0
+    yield from agrees("REPLACE TABLE without AS SELECT", t, pd.DataFrame({"id": [], "country": []}))
     rows = [(7, "NZ"), (8, "NZ"), (9, "AU")]
     spark.createDataFrame(rows, "id long, country string").writeTo(t.ident).partitionedBy(
         F.col("country")
     ).createOrReplace()
-    got = sorted(tuple(r) for r in spark.table(t.ident).collect())
-    yield "writeTo().createOrReplace(): its rows", got, sorted(rows)
+    model = pd.DataFrame(rows, columns=["id", "country"])
+    yield from agrees("writeTo().createOrReplace()", t, model)
+
+    spark.sql(f"INSERT OVERWRITE {t.ident} PARTITION (country = 'NZ') VALUES (10), (11)")
+    model = pd.concat([model[model.country != "NZ"], pd.DataFrame({"id": [10, 11], "country": "NZ"})])
+    yield from agrees("INSERT OVERWRITE ... PARTITION", t, model)
+    spark.createDataFrame([(12, "AU"), (13, "JP")], "id long, country string").writeTo(t.ident).overwrite(
+        F.col("id") > 9
+    )
+    model = pd.concat([model[model.id <= 9], pd.DataFrame({"id": [12, 13], "country": ["AU", "JP"]})])
+    yield from agrees("writeTo().overwrite(id > 9)", t, model)
+    spark.sql(f"INSERT OVERWRITE {t.ident} SELECT id + 100, country FROM {t.ident} WHERE country <> 'JP'")
+    model = model[model.country != "JP"].assign(id=lambda m: m.id + 100)
+    yield from agrees("INSERT OVERWRITE (static)", t, model)
     yield "the table's first rows stay readable", sorted(tuple(r) for r in old.collect()), sorted(ROWS)
     t.drop()
 

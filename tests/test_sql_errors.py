@@ -43,6 +43,11 @@ BAD = {
         "[LANCE_INVALID_INPUT] partition field 'country': a value of 2,000 bytes is longer than the limit"
     ),
     "ALTER TABLE lance.shop.orders RENAME TO lance.shop.other": "[LANCE_UNSUPPORTED] RENAME TABLE is not supported",
+    # reads the Python source plans itself (its own options)
+    "SELECT * FROM lance.shop.orders WITH ('filter' = 'nosuch = 1')": (
+        "[LANCE_SCHEMA_ERROR] unknown column 'nosuch' in filter; columns are: id, country"
+    ),
+    "SELECT * FROM lance.shop.orders WITH ('nearest' = '{bad')": "[LANCE_INVALID_INPUT] option nearest is not JSON",
 }
 
 
@@ -134,6 +139,54 @@ def test_every_project_error_is_one_line_in_pyspark(tmp_path: Path) -> None:
         assert len(r["error"].splitlines()) == 1, r
         assert r["class"] == "IllegalArgumentException" and r["condition"].startswith("LANCE_"), r
         assert re.fullmatch(r"[0-9A-Z]{5}", r["state"]), r
+    assert [line for line in proc.stderr.splitlines() if not noise(line)] == []
+
+
+UNREADABLE = """
+import json, pathlib, sys
+from pipelines import build_session
+spark = build_session("errors", master="local[2]")
+spark.conf.set("spark.sql.catalog.lance", "lance_partitioned.LanceCatalog")
+spark.conf.set("spark.sql.catalog.lance.warehouse", sys.argv[1])
+spark.sql("CREATE NAMESPACE lance.shop")
+spark.sql("CREATE TABLE lance.shop.orders (id BIGINT, country STRING) PARTITIONED BY (country)")
+spark.sql("INSERT INTO lance.shop.orders VALUES (1, 'US'), (2, 'DE')")
+root = pathlib.Path(sys.argv[1], "shop", "orders")
+data = [p for p in root.rglob("*.lance") if "__manifest" not in p.parts]
+assert len(data) == 2, data
+for path in data:
+    path.write_bytes(b"not a lance file")
+spark.sql(f"CREATE TEMPORARY VIEW planned USING lance_partitioned OPTIONS (path '{root}', filter 'id > 0')")
+for statement in ["SELECT sum(id) FROM lance.shop.orders", "SELECT * FROM lance.shop.orders WITH ('filter' = 'id > 0')",
+                  "SELECT * FROM planned"]:
+    try:
+        spark.sql(statement).collect()
+        print(json.dumps({"statement": statement, "error": None}))
+    except Exception as exc:
+        print(json.dumps({"statement": statement, "error": str(exc), "condition": exc.getCondition()}))
+"""
+
+
+def test_a_partition_table_a_task_cannot_read_is_one_line(tmp_path: Path) -> None:
+    """Every data file overwritten with garbage: the failing read task's error reaches the
+    statement as the project's one line, on the JVM scan and on the Python source's own plan,
+    and the task logs stay off stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", UNREADABLE, str(tmp_path / "wh")],
+        cwd=REPO,
+        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == 3, proc.stdout
+    for r in results:
+        assert r["error"] is not None and len(r["error"].splitlines()) == 1, r
+        assert r["condition"] == "LANCE_PARTITIONING_ERROR", r
+        assert re.match(r"\[LANCE_PARTITIONING_ERROR\] scan partition table \S+: .*lance", r["error"], re.I), r
     assert [line for line in proc.stderr.splitlines() if not noise(line)] == []
 
 

@@ -109,7 +109,7 @@ public final class LanceProvider implements TableProvider, DataSourceRegister {
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     if (!Bridge.compatible() || pythonPlanned(properties)) {
-      return LanceSqlError.guarded(() -> Bridge.source().getTable(schema, partitioning, properties));
+      return GuardedRead.table(LanceSqlError.guarded(() -> Bridge.source().getTable(schema, partitioning, properties)));
     }
     JsonNode d = describe(properties, true);
     Described snapshot = d.has("error") ? null : Described.of(d);

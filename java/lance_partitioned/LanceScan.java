@@ -52,18 +52,7 @@ final class LanceScan implements Scan {
   @Override
   public Batch toBatch() {
     Bridge.refuseStreamOptions(options);
-    Batch batch = LanceSqlError.guarded(inner::toBatch);
-    return new Batch() {
-      @Override
-      public org.apache.spark.sql.connector.read.InputPartition[] planInputPartitions() {
-        return LanceSqlError.guarded(batch::planInputPartitions); // the Python reader is made here: one line
-      }
-
-      @Override
-      public org.apache.spark.sql.connector.read.PartitionReaderFactory createReaderFactory() {
-        return LanceSqlError.guarded(batch::createReaderFactory);
-      }
-    };
+    return GuardedRead.batch(LanceSqlError.guarded(inner::toBatch)); // the Python reader is made in planInputPartitions
   }
 
   @Override

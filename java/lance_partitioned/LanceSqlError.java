@@ -17,7 +17,10 @@ import org.apache.spark.SparkThrowable;
 public final class LanceSqlError extends IllegalArgumentException implements SparkThrowable {
   private static final long serialVersionUID = 1L;
   /** The last {@code partitioning.errors.<Class>: <line>} of a Python error's text (a traceback may precede it). */
-  private static final Pattern PROJECT_ERROR = Pattern.compile("(?m)partitioning\\.errors\\.(\\w+): (.+)$");
+  private static final Pattern PROJECT_ERROR =
+      Pattern.compile("(?m)partitioning\\.(?:errors|sql\\.binding|sql\\.tokens)\\.(\\w+): (.+)$");
+  /** The project's errors defined beside the code that raises them, as the kind they subclass. */
+  private static final Map<String, String> SUBCLASSES = Map.of("UnknownColumn", "SchemaError", "SqlSyntaxError", "InvalidInput");
   private static final Map<String, String> STATES =
       Map.of(
           "InvalidInput", "22023",
@@ -113,7 +116,7 @@ public final class LanceSqlError extends IllegalArgumentException implements Spa
         String kind = null;
         String line = null;
         while (m.find()) {
-          kind = m.group(1);
+          kind = SUBCLASSES.getOrDefault(m.group(1), m.group(1));
           line = m.group(2).trim();
         }
         if (kind != null) {

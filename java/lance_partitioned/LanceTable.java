@@ -157,7 +157,7 @@ final class LanceTable
       PythonDataSourceV2 python = Bridge.source();
       CaseInsensitiveStringMap o = new CaseInsensitiveStringMap(opts);
       Table t = python.getTable(LanceSqlError.guarded(() -> python.inferSchema(o)), new Transform[0], opts);
-      return ((SupportsRead) t).newScanBuilder(o);
+      return ((SupportsRead) GuardedRead.table(t)).newScanBuilder(o);
     }
     return new LanceScanBuilder(this, opts, null);
   }
