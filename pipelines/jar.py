@@ -76,7 +76,12 @@ def quiet_task_errors(spark: Any) -> None:
     from py4j.protocol import Py4JError
 
     try:
-        spark.sparkContext._jvm.lance_partitioned.QuietErrors.install()  # classic-only (callers check is_connect)
+        # through the session's jar class loader: a jar added by ADD JAR is not on Py4J's own
+        gateway = spark.sparkContext._gateway  # classic-only (callers check is_connect)
+        loader = spark._jsparkSession.sharedState().jarClassLoader()  # classic-only
+        quiet = gateway.jvm.java.lang.Class.forName("lance_partitioned.QuietErrors", True, loader)
+        install = quiet.getMethod("install", gateway.new_array(gateway.jvm.java.lang.Class, 0))
+        install.invoke(None, gateway.new_array(gateway.jvm.java.lang.Object, 0))
     except (Py4JError, AttributeError, TypeError) as exc:  # the jar is not loadable here: no filter
         _log.debug("no QuietErrors filter: %s", exc)
 

@@ -79,6 +79,20 @@ def sql_dml(spark: SparkSession, warehouse: str) -> dict[str, Any]:
     return {"dml": sorted(stored), "sql_plan": "scanning 1 of 3 partition tables" in plan}
 
 
+def refused_write(spark: SparkSession, root: str) -> str | None:
+    """A value the write checks inside a Spark task ('x' for the int partition column): the
+    error, after a marker line on stderr (what follows it is this write's output)."""
+    from pipelines import write_partitioned
+
+    print("=== refused write", file=sys.stderr, flush=True)
+    bad = spark.createDataFrame([(1000 + i, "7" if i % 50 else "x") for i in range(200)], "id long, p string")
+    try:
+        write_partitioned(bad, root, mode="append")
+    except Exception as exc:  # the error the user gets, whatever its class: reported as text
+        return str(exc)
+    return None
+
+
 def main(mode: str, work: str) -> None:
     import pipelines
 
@@ -97,6 +111,7 @@ def main(mode: str, work: str) -> None:
         spark.conf.set("spark.sql.catalog.lance", "lance_partitioned.LanceCatalog")
         spark.conf.set("spark.sql.catalog.lance.warehouse", os.path.join(work, "wh-plain"))
         out.update(sql_dml(spark, os.path.join(work, "wh-plain")))
+        out["refused"] = refused_write(spark, root)
     elif mode == "jars":
         from pipelines.jar import jar_path
 

@@ -95,6 +95,12 @@ def test_a_plain_session_gets_the_jvm_layer(installed: Installed) -> None:
     assert out["count"] == 10
     assert out["dml"] == DML and out["sql_plan"] is True
     assert "has no JVM layer" not in proc.stderr
+    # a value refused inside a Spark task: one line, and at most a few other stderr lines
+    assert out["refused"] is not None and len(out["refused"].splitlines()) == 1, out["refused"]
+    assert "'x'" in out["refused"] and "column 'p'" in out["refused"], out["refused"]
+    after = proc.stderr.split("=== refused write")[1].splitlines()
+    other = [line for line in after if line.strip() and " INFO " not in line]
+    assert len(other) <= 10, other
 
 
 def test_a_session_started_with_the_packaged_jar(installed: Installed) -> None:

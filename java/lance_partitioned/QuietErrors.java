@@ -53,12 +53,15 @@ public final class QuietErrors implements SparkPlugin {
     };
   }
 
-  /** Add the filter to every logger of the current log4j configuration, once. */
-  static synchronized void install() {
-    if (!(LogManager.getContext(false) instanceof LoggerContext)) {
+  /** Add the filter to every logger of the current log4j configuration, once (public: Python calls it by reflection). */
+  public static synchronized void install() {
+    // Spark's own context: this class may come from ADD JAR's class loader, whose context
+    // (log4j selects one per class loader) is not the one Spark's loggers write to
+    org.apache.logging.log4j.spi.LoggerContext found = LogManager.getContext(SparkContext.class.getClassLoader(), false);
+    if (!(found instanceof LoggerContext)) {
       return; // another logging backend: nothing to filter
     }
-    LoggerContext context = (LoggerContext) LogManager.getContext(false);
+    LoggerContext context = (LoggerContext) found;
     Configuration config = context.getConfiguration();
     if (!INSTALLED.add(config)) {
       return;
