@@ -49,6 +49,16 @@ def run(body: Callable[[], None]) -> int:
     return 0
 
 
+def finish(code: int) -> int:
+    """A job run as a program: stop the Spark session it ran before the process exits, so a
+    cluster's executors end with the application (on ``local-cluster`` the master would
+    otherwise start new ones while the JVM shuts down, each failure a log line); ``code``."""
+    spark = running_session()
+    if spark is not None:
+        spark.stop()
+    return code
+
+
 def running_session() -> SparkSession | None:
     """The Spark session this process already runs (classic or Connect), else None; never starts one."""
     if "pyspark" not in sys.modules:

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs._cli import add_storage_option_argument, run, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, storage_options
 from jobs.index import _params
 from partitioning.errors import InvalidInput, first_line
 
@@ -203,4 +203,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import add_storage_option_argument, run, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, storage_options
 from pipelines.maintenance.operations import compact
 from pipelines.session import build_session
 
@@ -52,4 +52,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

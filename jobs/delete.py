@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import add_storage_option_argument, run, running_session, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, running_session, storage_options
 from partitioning.tables import deletes
 
 
@@ -56,4 +56,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

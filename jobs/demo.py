@@ -19,7 +19,7 @@ import argparse
 import sys
 import time
 
-from jobs._cli import add_storage_option_argument, run, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, storage_options
 from partitioning import PartitionedNamespace
 from pipelines.sample import sample_events
 from pipelines.session import build_session
@@ -66,4 +66,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

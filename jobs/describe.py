@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs._cli import add_storage_option_argument, run, running_session, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, running_session, storage_options
 from partitioning import InvalidInput, PartitionedNamespace
 from partitioning.plan.inspect import partitions_table
 from partitioning.sql.filters import Dialect
@@ -266,4 +266,4 @@ def plot_skew(table: pa.Table, path: str, *, small_fragment_rows: int = 100_000,
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import add_storage_option_argument, run, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, storage_options
 from partitioning import PartitionedNamespace, SpecError
 from partitioning.spec.arrow_json import parse_type
 from partitioning.spec.field_ids import field_id_of
@@ -117,4 +117,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import add_storage_option_argument, run, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, storage_options
 from partitioning.errors import InvalidInput
 
 SCALAR = ("BTREE", "BITMAP", "INVERTED")
@@ -112,4 +112,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

@@ -21,7 +21,7 @@ import argparse
 import sys
 import time
 
-from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, run, storage_options
+from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, finish, run, storage_options
 from partitioning.tables.write import WRITE_MODES
 from pipelines.session import build_session
 from pipelines.write.dataframe import write_partitioned
@@ -86,4 +86,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

@@ -28,7 +28,7 @@ import sys
 
 from pyspark.sql import DataFrame
 
-from jobs._cli import add_output_arguments, add_storage_option_argument, run, storage_options, write_or_show
+from jobs._cli import add_output_arguments, add_storage_option_argument, finish, run, storage_options, write_or_show
 from partitioning import InvalidInput
 from partitioning.plan.join_columns import duplicate_names
 from pipelines.read.join import join_partitioned_with_plan
@@ -96,4 +96,4 @@ def check_parquet_names(df: DataFrame) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

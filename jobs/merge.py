@@ -20,7 +20,7 @@ import argparse
 import sys
 import time
 
-from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, run, storage_options
+from jobs._cli import EXIT_BAD_INPUT, add_storage_option_argument, finish, run, storage_options
 from pipelines.session import build_session
 from pipelines.write.merge import merge_partitioned
 
@@ -83,4 +83,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs._cli import add_output_arguments, add_storage_option_argument, run, storage_options, write_or_show
+from jobs._cli import add_output_arguments, add_storage_option_argument, finish, run, storage_options, write_or_show
 from pipelines.read.dataframe import read_partitioned_with_plan
 from pipelines.session import build_session
 
@@ -52,4 +52,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from jobs._cli import add_storage_option_argument, run, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, storage_options
 from partitioning.errors import InvalidInput
 
 
@@ -102,4 +102,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

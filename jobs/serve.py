@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 
-from jobs._cli import add_storage_option_argument, run, storage_options
+from jobs._cli import add_storage_option_argument, finish, run, storage_options
 from partitioning import InvalidInput, PartitionedNamespace
 from partitioning.service.rest import NamespaceServer
 
@@ -90,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finish(main()))

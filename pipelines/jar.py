@@ -64,7 +64,10 @@ def add_to_session(spark: Any, jar: Path | None = None) -> bool:
         spark.sql(f"ADD JAR '{jar}'")
     except (PySparkException, Py4JError):
         return False
-    return loadable(spark)
+    if not loadable(spark):
+        return False
+    quiet_task_errors(spark)  # the plugin's log filter, which a session started without the jar lacks
+    return True
 
 
 def quiet_task_errors(spark: Any) -> None:
@@ -74,6 +77,7 @@ def quiet_task_errors(spark: Any) -> None:
     not also the executor's and scheduler's logs with their stacks. Classic sessions only (the
     callers check): a Spark Connect client reaches no driver."""
     from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
 
     try:
         # through the session's jar class loader: a jar added by ADD JAR is not on Py4J's own
@@ -82,7 +86,7 @@ def quiet_task_errors(spark: Any) -> None:
         quiet = gateway.jvm.java.lang.Class.forName("lance_partitioned.QuietErrors", True, loader)
         install = quiet.getMethod("install", gateway.new_array(gateway.jvm.java.lang.Class, 0))
         install.invoke(None, gateway.new_array(gateway.jvm.java.lang.Object, 0))
-    except (Py4JError, AttributeError, TypeError) as exc:  # the jar is not loadable here: no filter
+    except (Py4JError, PySparkException, AttributeError, TypeError) as exc:  # no jar, or Connect: no filter
         _log.debug("no QuietErrors filter: %s", exc)
 
 

@@ -111,6 +111,67 @@ def test_a_session_started_with_the_packaged_jar(installed: Installed) -> None:
     assert out["dml"] == DML and out["sql_plan"] is True
 
 
+def submitted(installed: Installed, *application: str, conf: dict[str, str] | None = None) -> list[str]:
+    """A ``spark-submit`` on ``local-cluster`` with the environment packed as ``--archives``
+    (unpacked as ``./environment`` on every node) and no ``--jars``."""
+    archive = installed.work / "environment.tar.gz"
+    if not archive.exists():
+        run_ok(["tar", "-czf", str(archive), "-C", str(installed.venv), "."])
+    settings = {
+        "spark.pyspark.python": "./environment/bin/python",
+        "spark.pyspark.driver.python": str(installed.python),
+    }
+    settings.update(conf or {})
+    command = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local-cluster[2,1,1024]"]
+    command += ["--archives", f"{archive}#environment"]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    return [*command, *application]
+
+
+def test_the_airflow_recipes_ingest_refuses_a_bad_value_in_one_line(installed: Installed) -> None:
+    """examples/airflow_dag.py's ingest task as its SparkSubmitOperator submits it (the packed
+    environment as --archives, the DAG's --conf settings, no --jars; client mode, as
+    local-cluster runs Python), the job taken from the installed package, on a CSV whose
+    user_id holds 'x' for the namespace's bigint column: the job's one ``error:`` line and
+    at most 10 other stderr lines."""
+    import jobs.ingest
+
+    work = installed.work / "airflow"
+    work.mkdir()
+    good = work / "good.csv"
+    good.write_text("event_id,country,user_id\n1,US,7\n")
+    bad = work / "bad.csv"
+    bad.write_text("event_id,country,user_id\n" + "".join(f"{i},DE,{i if i % 50 else 'x'}\n" for i in range(2, 400)))
+    job = str(installed.site / "jobs" / Path(jobs.ingest.__file__).name)
+    conf = {"spark.sql.session.timeZone": "UTC", "spark.executorEnv.AWS_REGION": "us-east-1"}
+    args = ["--root", str(work / "events"), "--format", "csv", "--read-option", "header=true"]
+    args += ["--read-option", "inferSchema=true", "--mode", "append"]
+    first = ["--input", str(good), "--partition-by", "country", "--write-id", "ingest-2025-12-01"]
+    run_ok(submitted(installed, job, *args, *first, conf=conf), cwd=work, env=installed.env(), timeout=900)
+    proc = subprocess.run(
+        submitted(installed, job, *args, "--input", str(bad), "--write-id", "ingest-2025-12-02", conf=conf),
+        cwd=work,
+        env=installed.env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error:")]
+    want = "error: column 'user_id': value 'x' of type string cannot be stored as int without loss"
+    assert said == [want], (proc.stdout[-2000:], proc.stderr[-3000:])
+    other = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.strip()
+        and " INFO " not in line
+        and not line.startswith(("error:", "ingest:", "WARNING: Using incubator"))
+    ]
+    assert len(other) <= 10, other
+
+
 def test_a_cluster_job_with_the_environment_as_an_archive(installed: Installed) -> None:
     """docs/operations.md's EMR recipe on local-cluster: the environment as --archives, no --jars.
 
@@ -118,24 +179,8 @@ def test_a_cluster_job_with_the_environment_as_an_archive(installed: Installed) 
     reaches its dependencies through a ``.pth`` path, as this one does (installing them again
     would copy about 1 GB); on one machine the unpacked ``bin/python`` and that path resolve
     as venv-pack's relocated ones would."""
-    archive = installed.work / "environment.tar.gz"
-    run_ok(["tar", "-czf", str(archive), "-C", str(installed.venv), "."])
-    submit = Path(sys.executable).parent / "spark-submit"
     proc = run_ok(
-        [
-            str(submit),
-            "--master",
-            "local-cluster[2,1,1024]",
-            "--archives",
-            f"{archive}#environment",
-            "--conf",
-            "spark.pyspark.python=./environment/bin/python",
-            "--conf",
-            f"spark.pyspark.driver.python={installed.python}",
-            "installed_scenarios.py",
-            "job",
-            str(installed.work),
-        ],
+        submitted(installed, "installed_scenarios.py", "job", str(installed.work)),
         cwd=installed.work,
         env=installed.env(),
         timeout=900,
