@@ -101,7 +101,40 @@ final class LanceTable
 
   @Override
   public Column[] columns() {
-    return CatalogV2Util.structTypeToV2Columns(schema, false);
+    return v2Columns(schema);
+  }
+
+  /**
+   * {@code CatalogV2Util.structTypeToV2Columns} without field ids: Spark 4.2+ has
+   * {@code (StructType, boolean includeIds)}, Spark 4.0/4.1 only {@code (StructType)} (no ids).
+   */
+  private static final java.lang.reflect.Method TO_V2_COLUMNS = toV2ColumnsMethod();
+
+  private static java.lang.reflect.Method toV2ColumnsMethod() {
+    try {
+      return CatalogV2Util.class.getMethod("structTypeToV2Columns", StructType.class, boolean.class);
+    } catch (NoSuchMethodException e) {
+      try {
+        return CatalogV2Util.class.getMethod("structTypeToV2Columns", StructType.class);
+      } catch (NoSuchMethodException inner) {
+        throw new IllegalStateException("no CatalogV2Util.structTypeToV2Columns in this Spark", inner);
+      }
+    }
+  }
+
+  static Column[] v2Columns(StructType schema) {
+    try {
+      return (Column[]) (TO_V2_COLUMNS.getParameterCount() == 2
+          ? TO_V2_COLUMNS.invoke(null, schema, false)
+          : TO_V2_COLUMNS.invoke(null, schema));
+    } catch (java.lang.reflect.InvocationTargetException e) {
+      if (e.getCause() instanceof RuntimeException) {
+        throw (RuntimeException) e.getCause();
+      }
+      throw new IllegalStateException(e.getCause());
+    } catch (IllegalAccessException e) {
+      throw new IllegalStateException(e);
+    }
   }
 
   @Override
