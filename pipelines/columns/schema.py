@@ -13,17 +13,46 @@ says ``pa.list_(pa.float32(), d)``.
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import pyarrow as pa
 from pyspark.errors import PySparkTypeError
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
+from pyspark.sql.pandas import types as _pandas_types
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from partitioning.errors import SchemaError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.schema import NamespaceSchema, check_widening
 from partitioning.spec.vectors import spark_facing_schema
 
-__all__ = ["is_ml_vector", "merge_spark_schema", "namespace_schema_from_spark", "spark_schema", "spark_to_arrow_schema"]
+__all__ = [
+    "is_ml_vector",
+    "merge_spark_schema",
+    "namespace_schema_from_spark",
+    "spark_schema",
+    "spark_to_arrow_schema",
+    "to_arrow_schema",
+    "to_arrow_type",
+]
+
+# TimestampType as timestamp[us, tz=UTC]: PySpark 4.2+ takes ``timezone="UTC"``, 4.0/4.1 ``timestamp_utc=True``.
+_UTC: dict[str, Any] = (
+    {"timezone": "UTC"}
+    if "timezone" in inspect.signature(_pandas_types.to_arrow_type).parameters
+    else {"timestamp_utc": True}
+)
+
+
+def to_arrow_type(data_type: T.DataType, **kwargs: Any) -> pa.DataType:
+    """PySpark's ``to_arrow_type`` with timestamps in UTC, on every supported PySpark."""
+    return _pandas_types.to_arrow_type(data_type, **_UTC, **kwargs)
+
+
+def to_arrow_schema(schema: T.StructType, **kwargs: Any) -> pa.Schema:
+    """PySpark's ``to_arrow_schema`` with timestamps in UTC, on every supported PySpark."""
+    return _pandas_types.to_arrow_schema(schema, **_UTC, **kwargs)
 
 
 def is_ml_vector(data_type: T.DataType) -> bool:
@@ -41,7 +70,7 @@ def spark_to_arrow_schema(struct: T.StructType) -> pa.Schema:
             fields.append(pa.field(f.name, pa.list_(pa.float64()), nullable=f.nullable))
             continue
         try:
-            arrow_type = to_arrow_type(f.dataType, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
+            arrow_type = to_arrow_type(f.dataType, error_on_duplicated_field_names_in_struct=True)
         except (PySparkTypeError, TypeError, ValueError) as exc:
             raise SchemaError(
                 f"column {f.name!r}: Spark type {f.dataType.simpleString()} cannot be stored in a Lance namespace"

@@ -19,12 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan import inspect
-from pipelines.columns.schema import spark_schema
+from pipelines.columns.schema import spark_schema, to_arrow_schema
 
 __all__ = ["metadata_table", "partition_values"]
 
@@ -40,7 +39,7 @@ def _version(args: Mapping[str, Any]) -> int | None:
 
 def _answer(table: pa.Table) -> dict[str, Any]:
     schema = spark_schema(table.schema)
-    table = table.cast(to_arrow_schema(schema, timezone="UTC"))
+    table = table.cast(to_arrow_schema(schema))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as stream:
         stream.write_table(table)

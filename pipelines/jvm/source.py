@@ -170,7 +170,7 @@ def inline_rows(
     stream, which the JVM layer turns into rows in one JVM task: no Python worker reads
     them. None beyond :mod:`pipelines.read.local`'s bounds or
     :data:`INLINE_MAX_BYTES`, or when a type has no plain Spark form (the tasks then read)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pipelines.columns.schema import to_arrow_schema
 
     table = local_table(
         ns, [TableSlice.of(t) for t in plan.tasks], list(schema.names), conjunction([exact, prune]), exact=exact
@@ -178,7 +178,7 @@ def inline_rows(
     if table is None or table.nbytes > INLINE_MAX_BYTES:
         return None
     try:
-        table = table.cast(to_arrow_schema(schema, timezone="UTC"))
+        table = table.cast(to_arrow_schema(schema))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError) as exc:
         log.debug("rows of %s not inlined: %s", ns.root, first_line(exc))
         return None

@@ -108,7 +108,9 @@ def _run_groups(spark: SparkSession, plan: SearchPlan, queries: np.ndarray, ids:
                 cols = [*key, *shaped.columns, pa.array(np.full(n, g, dtype=np.int64)), pa.array(rank)]
                 yield from pa.Table.from_arrays(cols, schema=out_schema).to_batches()
 
-    return spark.range(0, len(groups), 1, len(groups)).mapInArrow(run, from_arrow_schema(out_schema))
+    return spark.range(0, len(groups), 1, len(groups)).mapInArrow(
+        run, from_arrow_schema(out_schema, prefer_timestamp_ntz=True)
+    )
 
 
 def _driver_join(

@@ -141,7 +141,7 @@ def write_fragments(
 
     def keyed(data_columns: Sequence[str]) -> DataFrame:
         """``data_columns`` of ``conformed`` and the partition columns, computed in the JVM."""
-        types = [from_arrow_type(t) for _, t in part_fields]
+        types = [from_arrow_type(t, prefer_timestamp_ntz=True) for _, t in part_fields]
         return select_partition_columns(
             conformed, current.fields, nschema, data_columns, prefix=PART_PREFIX, types=types
         )
@@ -183,7 +183,9 @@ def write_fragments(
         return writer(batches)
 
     with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
-        messages = data.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
+        messages = data.mapInArrow(
+            write_batches, from_arrow_schema(writer.output_schema, prefer_timestamp_ntz=True)
+        ).toArrow()
     return messages, writer
 
 
