@@ -2,15 +2,17 @@
 
 Compiles ``java/lance_partitioned/*.java`` with ``javac --release 17`` against the Spark jars of
 the ``pyspark`` this interpreter imports (or ``$SPARK_HOME/jars``), and packs the classes with
-``java/resources`` (the data source registration). ``make`` runs it for a checkout
-(``build/lance-partitioned-udfs.jar``); ``setup.py`` runs it when a wheel is built, so the wheel
-carries the jar (``pipelines/jars/lance-partitioned.jar``). Needs a JDK 17 (``javac``, ``jar``).
+``java/resources`` (the data source registration) and ``lance_partitioned/spark-version`` (the
+version of those jars: the layer plans only on that Spark, ``Bridge.compatible``). ``make`` runs
+it for a checkout (``build/lance-partitioned-udfs.jar``); ``setup.py`` runs it when a wheel is
+built, so the wheel carries the jar (``pipelines/jars/lance-partitioned.jar``). Needs a JDK 17 (``javac``, ``jar``).
 Standard library only: it runs in a build environment before the package exists.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +38,15 @@ def spark_jars() -> Path:
     return jars
 
 
+def spark_version(jars: Path) -> str:
+    """The version of the Spark in ``jars`` (from its ``spark-core_<scala>-<version>.jar``)."""
+    for jar in sorted(jars.glob("spark-core_*.jar")):
+        match = re.fullmatch(r"spark-core_[0-9.]+-(.+)\.jar", jar.name)
+        if match:
+            return match.group(1)
+    raise SystemExit(f"build_jar: no spark-core jar in {jars}")
+
+
 def tool(name: str) -> str:
     home = os.environ.get("JAVA_HOME")
     found = str(Path(home) / "bin" / name) if home and (Path(home) / "bin" / name).is_file() else shutil.which(name)
@@ -47,6 +58,7 @@ def tool(name: str) -> str:
 def build(out: Path) -> Path:
     sources = sorted(str(p) for p in (JAVA / "lance_partitioned").glob("*.java"))
     out.parent.mkdir(parents=True, exist_ok=True)
+    jars = spark_jars()
     with tempfile.TemporaryDirectory() as classes:
         subprocess.run(
             [
@@ -58,11 +70,12 @@ def build(out: Path) -> Path:
                 "-d",
                 classes,
                 "-cp",
-                f"{spark_jars()}/*",
+                f"{jars}/*",
                 *sources,
             ],
             check=True,
         )
+        (Path(classes) / "lance_partitioned" / "spark-version").write_text(spark_version(jars) + "\n")
         subprocess.run(
             [tool("jar"), "--create", "--file", str(out), "-C", classes, ".", "-C", str(JAVA / "resources"), "."],
             check=True,

@@ -20,13 +20,24 @@ import org.slf4j.LoggerFactory;
  */
 final class Bridge {
   static final String PYTHON_SOURCE = "lance_partitioned_py";
-  /** The Spark this layer was compiled against; another one gets the plain Python source. */
-  static final String COMPILED_FOR = "4.3.0";
+  /**
+   * The Spark this layer was compiled against (java/build_jar.py writes it into the jar as
+   * {@code lance_partitioned/spark-version}); another one gets the plain Python source.
+   */
+  static final String COMPILED_FOR = compiledFor();
   static final ObjectMapper JSON = new ObjectMapper();
   static final Logger LOG = LoggerFactory.getLogger("lance_partitioned");
   private static volatile Boolean compatible;
 
   private Bridge() {}
+
+  private static String compiledFor() {
+    try (java.io.InputStream in = Bridge.class.getResourceAsStream("spark-version")) {
+      return in == null ? "unknown" : new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8).trim();
+    } catch (java.io.IOException e) {
+      return "unknown";
+    }
+  }
 
   /** The switch off: {@code spark.lance_partitioned.jvm.enabled=false} gives the Python source as is. */
   static final String ENABLED_CONF = "spark.lance_partitioned.jvm.enabled";
