@@ -23,7 +23,6 @@ import org.apache.spark.sql.connector.catalog.SupportsNamespaces;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
-import org.apache.spark.sql.connector.catalog.TableInfo;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Literal;
 import org.apache.spark.sql.connector.expressions.NamedReference;
@@ -168,9 +167,13 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
     return load(ident, Collections.singletonMap("timestamp_micros", timestampMicros));
   }
 
+  // The Column[] forms, not TableInfo's (Spark 4.1+): Spark 4.1+'s TableInfo defaults call them,
+  // and Spark 4.0 has no TableInfo.
   @Override
-  public Table createTable(Identifier ident, TableInfo info) throws TableAlreadyExistsException, NoSuchNamespaceException {
-    return create(ident, info.schema(), info.partitions(), info.properties());
+  @Deprecated
+  public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
+      throws TableAlreadyExistsException, NoSuchNamespaceException {
+    return create(ident, CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties);
   }
 
   private Table create(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
@@ -190,11 +193,6 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
 
   // -- staged creates and replaces ---------------------------------------------------------------
   @Override
-  public StagedTable stageCreate(Identifier ident, TableInfo info) throws TableAlreadyExistsException {
-    return stagedCreate(ident, info.schema(), info.partitions(), info.properties());
-  }
-
-  @Override
   @Deprecated
   public StagedTable stageCreate(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
       throws TableAlreadyExistsException {
@@ -209,11 +207,6 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
   }
 
   @Override
-  public StagedTable stageReplace(Identifier ident, TableInfo info) throws NoSuchTableException {
-    return replace(ident, info.schema(), info.partitions(), info.properties());
-  }
-
-  @Override
   @Deprecated
   public StagedTable stageReplace(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
       throws NoSuchTableException {
@@ -225,11 +218,6 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
   public StagedTable stageReplace(Identifier ident, StructType schema, Transform[] partitions, Map<String, String> properties)
       throws NoSuchTableException {
     return replace(ident, schema, partitions, properties);
-  }
-
-  @Override
-  public StagedTable stageCreateOrReplace(Identifier ident, TableInfo info) {
-    return createOrReplace(ident, info.schema(), info.partitions(), info.properties());
   }
 
   @Override
