@@ -137,7 +137,7 @@ final class LanceTable
     }
   }
 
-  @Override
+  // Table.version() is Spark 4.1+ (no @Override: Spark 4.0's Table has none)
   public String version() {
     return described != null ? Long.toString(described.version) : null;
   }
