@@ -8,7 +8,6 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from pyspark.errors import PySparkException
 from pyspark.sql.types import ArrayType, FloatType
 from search_data import DIM, brute_force, create, data_of, distances, index_all, make_table
 
@@ -280,10 +279,12 @@ def test_errors(spark, built, tmp_path):
         search_partitioned(spark, indexed, q, metric="cosine")
     assert "metric 'cosine' does not match the 'l2' index on column 'v'" in _one_line(exc)
     assert search_partitioned(spark, indexed, q, metric="cosine", exact=True, k=2).count() == 2
-    with pytest.raises(PySparkException) as spark_exc:
+    with pytest.raises(Exception) as spark_exc:  # classic: IllegalArgumentException, Connect: its own class
         spark.read.format("lance_partitioned").option("nearest", '{"q": [1], "kk": 3}').load(root).collect()
-    # the Python source's own planning (option nearest): Spark's prefix, then the project's line
-    assert "InvalidInput: unknown key 'kk' in option nearest; keys are: column, q, k" in str(spark_exc.value)
+    # the Python source's own planning (option nearest): the JVM layer's one line
+    text = str(spark_exc.value)
+    assert text.startswith("[LANCE_INVALID_INPUT] unknown key 'kk' in option nearest; keys are: column, q, k"), text
+    assert len(text.splitlines()) == 1, text
     assert "Traceback" not in str(spark_exc.value)
 
 
