@@ -14,7 +14,7 @@ QUIET_JVM := 2> >(grep -v --line-buffered '^WARNING: Using incubator modules: jd
 SUBMIT := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(PY) PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(PY) $(SPARK_SUBMIT) \
 	--master local[2] --properties-file spark-conf/spark-defaults.conf --jars $(JAR)
 
-.PHONY: setup run test test-slow lint bench bench-slow docs clean java
+.PHONY: setup run test test-slow test-matrix lint bench bench-slow docs clean java
 
 setup: $(STAMP) $(JAR)
 
@@ -48,6 +48,11 @@ test: $(STAMP) $(JAR)
 
 test-slow: $(STAMP) $(JAR)
 	$(PY) -m pytest -q -m slow
+
+# each PySpark minor setup.cfg allows (its newest patch under build/matrix/), classic and Connect,
+# with the one jar the wheel carries (also part of test-slow)
+test-matrix: $(STAMP) $(JAR)
+	$(PY) -m pytest -q -m slow tests/test_spark_versions.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

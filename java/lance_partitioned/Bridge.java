@@ -44,6 +44,29 @@ final class Bridge {
 
   /** Whether the layer plans here: this Spark is the one it was compiled for (checked once,
    * logged once if not) and the session did not switch it off. */
+  /** The oldest Spark the layer plans on: {@code make test-matrix} runs it on each minor from here. */
+  static final String OLDEST = "4.1";
+
+  /**
+   * Whether a jar compiled against Spark {@code compiled} plans on Spark {@code running}: a
+   * minor from {@link #OLDEST} to the compiled one (the layer reaches the APIs that differ
+   * between them by reflection; one jar, proven on each by {@code make test-matrix}).
+   */
+  static boolean covers(String compiled, String running) {
+    int[] c = minor(compiled);
+    int[] r = minor(running);
+    int[] o = minor(OLDEST);
+    if (c == null || r == null || r[0] != c[0]) {
+      return false;
+    }
+    return r[1] <= c[1] && (r[0] > o[0] || r[1] >= o[1]);
+  }
+
+  private static int[] minor(String version) {
+    java.util.regex.Matcher m = java.util.regex.Pattern.compile("^(\\d+)\\.(\\d+)").matcher(version);
+    return m.find() ? new int[] {Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2))} : null;
+  }
+
   static boolean compatible() {
     if ("false".equalsIgnoreCase(org.apache.spark.sql.internal.SQLConf.get().getConfString(ENABLED_CONF, "true"))) {
       return false;
@@ -51,13 +74,15 @@ final class Bridge {
     Boolean known = compatible;
     if (known == null) {
       String running = org.apache.spark.package$.MODULE$.SPARK_VERSION();
-      known = COMPILED_FOR.equals(running);
+      known = covers(COMPILED_FOR, running);
       if (!known) {
         LOG.warn(
-            "lance_partitioned: this jar was compiled for Spark {} and runs on Spark {}; using the Python data "
-                + "source as is (no per-scan pushdown, catalog or SQL DML)",
+            "lance_partitioned: this jar was compiled for Spark {} and runs on Spark {} (it plans on Spark {} "
+                + "to the minor it was compiled for); using the Python data source as is (no per-scan pushdown, "
+                + "catalog or SQL DML)",
             COMPILED_FOR,
-            running);
+            running,
+            OLDEST);
       }
       compatible = known;
     }
