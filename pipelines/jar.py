@@ -51,23 +51,26 @@ def loadable(spark: Any) -> bool:
 def add_to_session(spark: Any, jar: Path | None = None) -> bool:
     """Make the JVM layer part of a running session that was started without it (a notebook's
     own ``spark``, a plain ``SparkSession.builder.getOrCreate()``): ``ADD JAR`` the jar
-    (default: :func:`jar_path`) when its classes are not loadable yet. Whether they are, after."""
-    if loadable(spark):
-        return True
+    (default: :func:`jar_path`) when its classes are not loadable yet, and install its log filter
+    (:func:`quiet_task_errors`; once per log configuration). Whether they are loadable, after."""
+    if not loadable(spark) and not _added(spark, jar if jar is not None else jar_path()):
+        return False
+    quiet_task_errors(spark)
+    return True
+
+
+def _added(spark: Any, jar: Path | None) -> bool:
+    """``ADD JAR`` ``jar`` to the session; whether its classes load then."""
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
-    jar = jar if jar is not None else jar_path()
     if jar is None or not jar.is_file() or "'" in str(jar):
         return False
     try:
         spark.sql(f"ADD JAR '{jar}'")
     except (PySparkException, Py4JError):
         return False
-    if not loadable(spark):
-        return False
-    quiet_task_errors(spark)  # the plugin's log filter, which a session started without the jar lacks
-    return True
+    return loadable(spark)
 
 
 def quiet_task_errors(spark: Any) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
-from pipelines.jar import CHECKOUT_JAR, add_to_session, jar_path, quiet_task_errors
+from pipelines.jar import CHECKOUT_JAR, add_to_session, jar_path
 from pipelines.spark_errors import quiet_query_context_logs
 
 __all__ = [
@@ -316,6 +316,5 @@ def build_session(
     if not is_connect(spark) and options.get("spark.plugins") != QUIET_ERRORS_PLUGIN:
         # spark-submit started the driver without the plugin: the jar (spark.jars set now reaches
         # only the executors; the driver's classes come from ADD JAR) and its log filter, now
-        if add_to_session(spark):
-            quiet_task_errors(spark)
+        add_to_session(spark)
     return spark

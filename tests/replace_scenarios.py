@@ -35,12 +35,18 @@ ROWS = [(1, "US", 10.0), (2, "DE", 20.0), (3, "FR", 30.0), (4, "US", 40.0), (5, 
 
 def table_rows(root: str, version: int) -> list[tuple[Any, ...]]:
     """The rows ``__manifest`` version ``version`` shows, read with plain pylance."""
-    manifest = lance.dataset(f"{root}/__manifest", version=version)
     out = []
-    for row in manifest.to_table(filter="object_type = 'table'").to_pylist():
-        data = lance.dataset(f"{root}/{row['location']}", version=row["read_version"]).to_table()
-        out.extend(tuple(sorted(r.items())) for r in data.to_pylist())
+    for data in partition_tables(root, version):
+        out.extend(tuple(sorted(r.items())) for r in data.to_table().to_pylist())
     return sorted(out, key=repr)
+
+
+def partition_tables(root: str, version: int | None = None) -> Iterator[lance.LanceDataset]:
+    """The partition datasets ``__manifest`` version ``version`` (default: the latest) records,
+    each at the version its row records, opened with plain pylance."""
+    manifest = lance.dataset(f"{root}/__manifest", version=version)
+    for row in manifest.to_table(filter="object_type = 'table'").to_pylist():
+        yield lance.dataset(f"{root}/{row['location']}", version=row["read_version"])
 
 
 def snapshot(root: str) -> tuple[dict[int, list[tuple[Any, ...]]], dict[str, str]]:
@@ -266,11 +272,9 @@ def failed_creates(spark: Any, warehouse: str, ns: str) -> Iterator[Check]:
 
 def lance_rows(root: str, columns: list[str]) -> list[tuple[Any, ...]]:
     """The latest version's rows, ``columns`` in order, read with plain pylance."""
-    manifest = lance.dataset(f"{root}/__manifest")
     out = []
-    for row in manifest.to_table(filter="object_type = 'table'").to_pylist():
-        data = lance.dataset(f"{root}/{row['location']}", version=row["read_version"]).to_table(columns=columns)
-        out.extend(tuple(r[c] for c in columns) for r in data.to_pylist())
+    for data in partition_tables(root):
+        out.extend(tuple(r[c] for c in columns) for r in data.to_table(columns=columns).to_pylist())
     return sorted(out, key=repr)
 
 

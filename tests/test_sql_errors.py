@@ -71,6 +71,19 @@ def run_bash(code: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedPr
     )
 
 
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a Python process of its own, from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
 def test_the_spark_sql_and_spark_submit_recipes_run_as_written() -> None:
     """docs/sql.md's commands, from the repository root, each exactly as the page shows it."""
     cli = recipe("sql.md", "spark-sql")
@@ -122,15 +135,7 @@ for statement in json.loads(sys.argv[3]):
 
 def test_every_project_error_is_one_line_in_pyspark(tmp_path: Path) -> None:
     args = [str(tmp_path / "wh"), json.dumps(SETUP), json.dumps(list(BAD))]
-    proc = subprocess.run(
-        [sys.executable, "-c", PYSPARK_DOOR, *args],
-        cwd=REPO,
-        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_python(PYSPARK_DOOR, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["statement"] for r in results] == list(BAD)
@@ -171,15 +176,7 @@ def test_a_partition_table_a_task_cannot_read_is_one_line(tmp_path: Path) -> Non
     """Every data file overwritten with garbage: the failing read task's error reaches the
     statement as the project's one line, on the JVM scan and on the Python source's own plan,
     and the task logs stay off stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-c", UNREADABLE, str(tmp_path / "wh")],
-        cwd=REPO,
-        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_python(UNREADABLE, str(tmp_path / "wh"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == 3, proc.stdout
@@ -206,15 +203,7 @@ print(sorted(tuple(r) for r in spark.table("lance.shop.orders").collect()))
 
 
 def test_a_reused_write_id_commits_nothing_and_says_so_in_one_info_line(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", REUSED_WRITE_ID, str(tmp_path / "wh")],
-        cwd=REPO,
-        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_python(REUSED_WRITE_ID, str(tmp_path / "wh"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "[(1, 'US')]"
     said = [line for line in proc.stderr.split("=== again")[1].splitlines() if "write_id" in line]

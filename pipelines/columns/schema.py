@@ -20,7 +20,6 @@ import pyarrow as pa
 from pyspark.errors import PySparkTypeError
 from pyspark.sql import types as T
 from pyspark.sql.pandas import types as _pandas_types
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from partitioning.errors import SchemaError
 from partitioning.namespace import PartitionedNamespace
@@ -28,6 +27,8 @@ from partitioning.spec.schema import NamespaceSchema, check_widening
 from partitioning.spec.vectors import spark_facing_schema
 
 __all__ = [
+    "from_arrow_schema",
+    "from_arrow_type",
     "is_ml_vector",
     "merge_spark_schema",
     "namespace_schema_from_spark",
@@ -53,6 +54,17 @@ def to_arrow_type(data_type: T.DataType, **kwargs: Any) -> pa.DataType:
 def to_arrow_schema(schema: T.StructType, **kwargs: Any) -> pa.Schema:
     """PySpark's ``to_arrow_schema`` with timestamps in UTC, on every supported PySpark."""
     return _pandas_types.to_arrow_schema(schema, **_UTC, **kwargs)
+
+
+def from_arrow_type(arrow: pa.DataType) -> T.DataType:
+    """PySpark's ``from_arrow_type``, a timestamp without a zone as TIMESTAMP_NTZ (PySpark's
+    default only from 4.2)."""
+    return _pandas_types.from_arrow_type(arrow, prefer_timestamp_ntz=True)
+
+
+def from_arrow_schema(arrow: pa.Schema) -> T.StructType:
+    """PySpark's ``from_arrow_schema``, a timestamp without a zone as TIMESTAMP_NTZ."""
+    return _pandas_types.from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
 def is_ml_vector(data_type: T.DataType) -> bool:
@@ -91,7 +103,7 @@ def namespace_schema_from_spark(struct: T.StructType) -> NamespaceSchema:
 def spark_schema(schema: NamespaceSchema | pa.Schema) -> T.StructType:
     """The Spark schema of a namespace schema (field-id metadata dropped; vectors as arrays)."""
     arrow = schema.plain if isinstance(schema, NamespaceSchema) else schema
-    return from_arrow_schema(spark_facing_schema(arrow), prefer_timestamp_ntz=True)
+    return from_arrow_schema(spark_facing_schema(arrow))
 
 
 def merge_spark_schema(struct: T.StructType, ns: PartitionedNamespace) -> PartitionedNamespace:

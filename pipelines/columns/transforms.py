@@ -14,7 +14,6 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_type
 
 from partitioning.errors import SpecError
 from partitioning.spec.expression import evaluate_expression
@@ -38,6 +37,7 @@ from pipelines.columns.murmur3 import (
     native_murmur3_supported,
     with_murmur3,
 )
+from pipelines.columns.schema import from_arrow_type
 
 __all__ = [
     "bucket",
@@ -164,7 +164,7 @@ def transform_column(transform: Transform, cols: Sequence[Column], source_types:
 
 
 def _expression_udf(expression: str, result_type: pa.DataType):  # type: ignore[no-untyped-def]
-    @F.arrow_udf(from_arrow_type(result_type, prefer_timestamp_ntz=True))  # type: ignore[call-overload, misc]
+    @F.arrow_udf(from_arrow_type(result_type))  # type: ignore[call-overload, misc]
     def _expression(*values: pa.Array) -> pa.Array:
         return evaluate_expression(expression, values, result_type)
 
@@ -192,7 +192,7 @@ def partition_value(field: PartitionField, schema: NamespaceSchema, df: DataFram
     if field.transform is not None:
         present = [(c, t) for c, t in zip(cols, types, strict=True) if not isinstance(t, T.NullType)]
         if not present or (not field.transform.multi_source and isinstance(types[0], T.NullType)):
-            return F.lit(None).cast(from_arrow_type(result_type, prefer_timestamp_ntz=True))
+            return F.lit(None).cast(from_arrow_type(result_type))
         cs, ts = zip(*present, strict=True)
         return transform_column(field.transform, cs, ts)
     assert field.expression is not None

@@ -33,13 +33,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError
 from partitioning.namespace import PartitionedNamespace
 from partitioning.search.nearest import DISTANCE, SearchPlan, merge_top_k, plan_search, query_matrix, search_tasks
 from partitioning.spec.vectors import spark_facing_type
 from partitioning.state.scan import ScanTask
+from pipelines.columns.schema import from_arrow_schema
 from pipelines.read_options import session_dialect
 from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import hide_worker_traceback, translate_spark_error
@@ -64,7 +64,7 @@ def to_spark_table(table: pa.Table) -> pa.Table:
 
 
 def _spark_schema(schema: pa.Schema) -> T.StructType:
-    return from_arrow_schema(to_spark_table(schema.empty_table()).schema, prefer_timestamp_ntz=True)
+    return from_arrow_schema(to_spark_table(schema.empty_table()).schema)
 
 
 def _plan(spark: SparkSession, root: str, manifest_version: int | None, storage_options: Any, **kw: Any) -> SearchPlan:
@@ -108,9 +108,7 @@ def _run_groups(spark: SparkSession, plan: SearchPlan, queries: np.ndarray, ids:
                 cols = [*key, *shaped.columns, pa.array(np.full(n, g, dtype=np.int64)), pa.array(rank)]
                 yield from pa.Table.from_arrays(cols, schema=out_schema).to_batches()
 
-    return spark.range(0, len(groups), 1, len(groups)).mapInArrow(
-        run, from_arrow_schema(out_schema, prefer_timestamp_ntz=True)
-    )
+    return spark.range(0, len(groups), 1, len(groups)).mapInArrow(run, from_arrow_schema(out_schema))
 
 
 def _driver_join(

@@ -63,7 +63,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.storage.history import version_at
 from partitioning.storage.manifest import ManifestStore
 from partitioning.storage.roots import STORAGE_OPTION_PREFIX, resolve_root, storage_options_from
-from pipelines.jar import add_to_session, jar_path, quiet_task_errors
+from pipelines.jar import add_to_session, jar_path
 from pipelines.read_options import read_schema
 from pipelines.session import is_connect
 from pipelines.session_calls import register_bound
@@ -124,8 +124,8 @@ def jvm_layer(spark: SparkSession) -> bool:
     quiet_query_context_logs()
     state = spark.conf.get(JVM_MARKER, None)
     if state is None:
-        if not is_connect(spark) and add_to_session(spark):  # a session started without the jar gets it now
-            quiet_task_errors(spark)
+        if not is_connect(spark):
+            add_to_session(spark)  # a session started without the jar gets it (and its log filter) now
         per_scan = pushdown_is_per_scan(spark)
         try:
             register_bound(spark, PerScanPushdownDataSource if per_scan else LancePartitionedDataSource)

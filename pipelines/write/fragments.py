@@ -14,7 +14,6 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 
 from partitioning.errors import (
     SchemaError,
@@ -23,7 +22,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.tables.fragments import DEFAULT_MAX_ROWS_PER_FILE, FragmentWriter
 from partitioning.tables.messages import PART_PREFIX, part_column
-from pipelines.columns.schema import is_ml_vector, spark_schema
+from pipelines.columns.schema import from_arrow_schema, from_arrow_type, is_ml_vector, spark_schema
 from pipelines.columns.transforms import select_partition_columns
 from pipelines.session import is_connect
 from pipelines.session_calls import describe_jobs
@@ -141,7 +140,7 @@ def write_fragments(
 
     def keyed(data_columns: Sequence[str]) -> DataFrame:
         """``data_columns`` of ``conformed`` and the partition columns, computed in the JVM."""
-        types = [from_arrow_type(t, prefer_timestamp_ntz=True) for _, t in part_fields]
+        types = [from_arrow_type(t) for _, t in part_fields]
         return select_partition_columns(
             conformed, current.fields, nschema, data_columns, prefix=PART_PREFIX, types=types
         )
@@ -183,9 +182,7 @@ def write_fragments(
         return writer(batches)
 
     with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
-        messages = data.mapInArrow(
-            write_batches, from_arrow_schema(writer.output_schema, prefer_timestamp_ntz=True)
-        ).toArrow()
+        messages = data.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
     return messages, writer
 
 
