@@ -2,7 +2,8 @@
 package's interpreter, outside the repository): ``python installed_scenarios.py <mode> <work>``.
 
 - ``plain``: a plain ``SparkSession.builder.getOrCreate()`` with nothing configured, as a
-  notebook's own ``spark``; the first ``register_data_source`` adds the packaged jar.
+  notebook's own ``spark``; its first call of the package, a ``write_partitioned``, adds the
+  packaged jar, so ``format("lance_partitioned")`` then is the JVM layer.
 - ``jars``: a session started with ``spark.jars`` = ``python -m pipelines.jar`` and the catalog.
 - ``job``: run by ``spark-submit`` on ``local-cluster`` with the environment as ``--archives``.
 - ``python-only``: a plain session where the jar is missing: the Python source, and one warning.
@@ -106,7 +107,10 @@ def main(mode: str, work: str) -> None:
         out["where"] = sorted(r[0] for r in spark.sql("SELECT id FROM events WHERE p = 7").collect())
     elif mode == "plain":
         spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
-        pipelines.register_data_source(spark)
+        # the session's first call of the package is a write: it brings the JVM layer for format(...)
+        pipelines.write_partitioned(
+            spark.range(3).selectExpr("id", "'x' AS k"), os.path.join(work, "first"), partition_by=["k"]
+        )
         out.update(format_reads(spark, root))
         spark.conf.set("spark.sql.catalog.lance", "lance_partitioned.LanceCatalog")
         spark.conf.set("spark.sql.catalog.lance.warehouse", os.path.join(work, "wh-plain"))

@@ -119,9 +119,10 @@ def read_partitioned_with_plan(
         extra = referenced_columns(filter, names, dialect.case_sensitive, dialect)
         wanted = list(dict.fromkeys([*columns, *extra]))
         reader = reader.option("columns", ",".join(wanted))
+    # the format, and in a session started without the jar the JVM layer, for this read and the
+    # session's later format("lance_partitioned") calls (once per session)
+    register_data_source(spark)
     local = local_dataframe(spark, ns, plan.tasks, read_schema(ns.namespace_schema, wanted), bound)
-    if local is None:
-        register_data_source(spark)  # a Python data source's registration costs seconds the first time
     df = local if local is not None else reader.load(ns.root)
     if filter is not None and filter.strip():
         try:

@@ -31,6 +31,7 @@ from partitioning.tables.write import WRITE_MODES, CommitResult, already_committ
 from pipelines.columns.schema import merge_spark_schema, namespace_schema_from_spark
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
+from pipelines.source.datasource import register_data_source
 from pipelines.write.fragments import write_fragments
 
 __all__ = ["write_partitioned"]
@@ -157,6 +158,9 @@ def write_partitioned(
         "cluster": cluster,
         "max_open_writers": max_open_writers,
     }
+    # in a session started without the jar: the JVM layer (and its log filter) for this write
+    # and the session's later format("lance_partitioned") calls (once per session)
+    register_data_source(df.sparkSession)
     root = driver_root(df.sparkSession, root)
     ns, effective, created = _resolve_namespace(df, root, mode, spec, partition_by, schema, storage_options)
     if ns is None:
