@@ -36,12 +36,15 @@ PROBE_FUNCTION = "lance_partitioned_murmur3"  # what pipelines.columns.murmur3 r
 
 def loadable(spark: Any) -> bool:
     """Whether the session loads the jar's classes (registering the Java murmur3 UDF, which
-    the string buckets use anyway)."""
+    the string buckets use anyway, unless the session has it already: Spark warns on every
+    registration that replaces one)."""
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
     from pyspark.sql.types import IntegerType
 
     try:
+        if spark.catalog.functionExists(PROBE_FUNCTION):
+            return True
         spark.udf.registerJavaFunction(PROBE_FUNCTION, PROBE_CLASS, IntegerType())
     except (PySparkException, Py4JError):
         return False

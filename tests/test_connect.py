@@ -112,11 +112,12 @@ def test_the_data_source_is_registered_once_per_session(spark: SparkSession, tmp
     assert session.read.format("lance_partitioned").load(root).count() == 2
     assert calls == ["lance_partitioned"]
     other = spark.newSession()
-    # a plan the driver reads (pipelines/read/local.py) needs no data source: none is registered
+    # a plan the driver reads (pipelines/read/local.py) registers the format too, so that a
+    # later format("lance_partitioned") in that session finds it; once
     assert read_partitioned(other, root, filter="country = 'US'").count() == 1
-    assert calls == ["lance_partitioned"]
+    assert calls == ["lance_partitioned", "lance_partitioned"]
     register_data_source(other)
-    register_data_source(other)
+    assert other.read.format("lance_partitioned").load(root).where("country = 'DE'").count() == 1
     assert calls == ["lance_partitioned", "lance_partitioned"]
 
 

@@ -26,15 +26,13 @@ import logging
 import re
 
 import pyarrow as pa
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from partitioning.spec import murmur3 as m3
 from pipelines import session as sessions
-from pipelines.jar import PROBE_CLASS, PROBE_FUNCTION, add_to_session
+from pipelines.jar import PROBE_CLASS, PROBE_FUNCTION, add_to_session, loadable
 
 __all__ = [
     "bucket_column",
@@ -229,7 +227,7 @@ def java_murmur3(spark: SparkSession) -> bool:
     """
     state = spark.conf.get(JAVA_MARKER, None)
     if state is None:
-        state = "registered" if _register(spark) or _add_jar_and_register(spark) else "unavailable"
+        state = "registered" if loadable(spark) or _add_jar_and_register(spark) else "unavailable"
         if state == "unavailable":
             log.warning(
                 "string and binary buckets use the slower padded hash: class %s is not on this session's classpath; "
@@ -241,16 +239,8 @@ def java_murmur3(spark: SparkSession) -> bool:
     return state == "registered"
 
 
-def _register(spark: SparkSession) -> bool:
-    try:
-        spark.udf.registerJavaFunction(JAVA_UDF, _JAVA_CLASS, T.IntegerType())
-    except (PySparkException, Py4JError):
-        return False
-    return True
-
-
 def _add_jar_and_register(spark: SparkSession) -> bool:
-    return add_to_session(spark, sessions.UDF_JAR) and _register(spark)
+    return add_to_session(spark, sessions.UDF_JAR) and loadable(spark)
 
 
 def with_murmur3(df: DataFrame, col: Column, out: str, source_type: T.DataType | None) -> DataFrame:
