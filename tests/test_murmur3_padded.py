@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pipelines import jar
 from pipelines.columns import murmur3 as sm3
 from pipelines.session import UDF_JAR
 from pipelines.session_calls import active_session_kept
@@ -91,7 +92,7 @@ def test_bucket_column_of_negative_hashes(spark):
 
 def test_a_session_without_the_class_uses_the_padded_path(spark, monkeypatch):
     """A class the session cannot load (no jar on its classpath) is one try, then the padded path."""
-    monkeypatch.setattr(sm3, "_JAVA_CLASS", "lance_partitioned.NotOnTheClasspath")
+    monkeypatch.setattr(jar, "PROBE_CLASS", "lance_partitioned.NotOnTheClasspath")
     values = ["", "a", "abcde", "Straße", None]
     with active_session_kept(spark):
         other = spark.newSession()
@@ -109,6 +110,7 @@ import lance
 from pyspark.sql import SparkSession, functions as F, types as T
 
 from pipelines import session as sessions
+from pipelines import jar
 from pipelines.columns import murmur3 as sm3
 from pipelines.write.dataframe import write_partitioned
 
