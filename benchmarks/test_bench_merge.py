@@ -16,6 +16,12 @@ Lance's floor for changing rows in every partition: a deletion vector on every f
 and one commit per partition dataset, with Lance's own API, nothing read or written besides;
 and the read an update of rows picked by Spark SQL needs with PySpark and pylance: every
 row read by Lance's reader in Spark's tasks, into Spark by ``mapInArrow``, filtered there.
+Lance's own row-level engine on the same partition tables (the floors the docs' targets
+at many partitions are set against): ``merge_insert`` of each partition's source rows
+(the parquet file read by pyarrow, split by ``p``) and ``update`` of each table with the
+update's ``s = 's3'`` predicate, from ``PARALLEL_COMMITS`` threads, plus the one
+``__manifest`` commit naming the new versions. The merge floor is a floor, not a merge:
+a source row that moves partition is inserted into its new partition and the old row kept.
 
 Sizes come from ``BENCH_MERGE_TARGET_ROWS`` / ``BENCH_MERGE_SOURCE_ROWS`` /
 ``BENCH_MERGE_PARTITIONS`` (defaults: the issue's 10,000,000 / 1,000,000 / 1,500).
@@ -41,6 +47,7 @@ from lance import LanceOperation
 from pyspark.sql import SparkSession
 
 from partitioning.namespace import PartitionedNamespace
+from partitioning.state.partition_tables import TableCommit
 from partitioning.tables.write import PARALLEL_COMMITS, write_table
 from pipelines.read.dataframe import read_partitioned
 from pipelines.write.merge import merge_partitioned
@@ -116,7 +123,7 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
             writer.write_table(target_rows(start, min(TARGET_ROWS, start + chunk)))
     expected_rows = TARGET_ROWS + (SOURCE_ROWS - SOURCE_ROWS // 2)
 
-    copies = iter(range(10 * REPEATS))
+    copies = iter(range(12 * REPEATS))
 
     def fresh(kind: str) -> str:
         # a copy made before any timed run: no run times the file system's bookkeeping of
@@ -172,6 +179,49 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         with ThreadPoolExecutor(PARALLEL_COMMITS) as pool:
             list(pool.map(one, PartitionedNamespace.load(root).partitions()))
 
+    def recorded(ns: PartitionedNamespace, tables: list[Any], versions: list[int]) -> None:
+        ns.commit_tables(
+            [
+                TableCommit(t.spec_id, t.values, t.location, v, object_id=t.object_id)
+                for t, v in zip(tables, versions, strict=True)
+            ]
+        )
+
+    def lance_merge_floor(root: str) -> None:
+        # Lance's merge_insert on each partition table with its share of the source, threaded,
+        # and one __manifest commit (a moved row is inserted, its old row kept: a floor)
+        ns = PartitionedNamespace.load(root)
+        tables = ns.partitions()
+        rows = pq.read_table(source_path).sort_by("p")
+        ps = rows.column("p").to_numpy()
+        starts = np.searchsorted(ps, np.arange(PARTITIONS + 1))
+        field = next(iter(tables[0].values))
+
+        def one(table: Any) -> int:
+            p = int(table.values[field])
+            share = rows.slice(int(starts[p]), int(starts[p + 1] - starts[p]))
+            ds = lance.dataset(table.uri, version=table.read_version)
+            builder = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+            builder.execute(share)
+            return lance.dataset(table.uri).version
+
+        with ThreadPoolExecutor(PARALLEL_COMMITS) as pool:
+            recorded(ns, tables, list(pool.map(one, tables)))
+
+    def lance_update_floor(root: str) -> None:
+        # Lance's update on each partition table (its scan filters s = 's3'), threaded, and
+        # one __manifest commit
+        ns = PartitionedNamespace.load(root)
+        tables = ns.partitions()
+
+        def one(table: Any) -> int:
+            ds = lance.dataset(table.uri, version=table.read_version)
+            ds.update({"v": "v + 1"}, where=COLUMN_PREDICATE)
+            return ds.version
+
+        with ThreadPoolExecutor(PARALLEL_COMMITS) as pool:
+            recorded(ns, tables, list(pool.map(one, tables)))
+
     def read_floor(root: str) -> None:
         # the least an update picking rows by any Spark SQL predicate costs with PySpark and
         # pylance: every row's columns (and row address) read by Lance's own reader in
@@ -208,9 +258,11 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         "delta update (s = 's3')": [],
         "Lance commit floor": [],
         "PySpark+Lance read floor": [],
+        "Lance merge_insert floor": [],
+        "Lance update floor (s = 's3')": [],
     }
-    targets = [(fresh("ns"), fresh("delta"), fresh("ns")) for _ in range(REPEATS)]
-    for root, uri, spare in targets:
+    targets = [(fresh("ns"), fresh("delta"), fresh("ns"), fresh("ns")) for _ in range(REPEATS)]
+    for root, uri, spare, lance_own in targets:
         _timed(root, ours_merge, samples["ours merge"])
         _timed(uri, delta_merge, samples["delta merge"])
         _timed("", merge_floor, samples["Spark merge floor"])
@@ -225,6 +277,8 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         check(root, uri)
         _timed(spare, read_floor, samples["PySpark+Lance read floor"])
         _timed(spare, lance_floor, samples["Lance commit floor"])
+        _timed(lance_own, lance_merge_floor, samples["Lance merge_insert floor"])
+        _timed(lance_own, lance_update_floor, samples["Lance update floor (s = 's3')"])
     merge_ratio = statistics.median(samples["ours merge"]) / statistics.median(samples["delta merge"])
     update_ratio = statistics.median(samples["ours update"]) / statistics.median(samples["delta update"])
     print(f"\nmerge {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS:,} partitions), median of {REPEATS}:")
@@ -241,4 +295,11 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         f"update {med['Spark update floor'] / med['delta update']:.2f}x; "
         f"Lance commit floor / delta-rs update: {med['Lance commit floor'] / med['delta update']:.2f}x, "
         f"read floor: {med['PySpark+Lance read floor'] / med['delta update']:.2f}x"
+    )
+    ours_column, lance_update = med["ours update (s = 's3')"], med["Lance update floor (s = 's3')"]
+    lance_merge, delta_column = med["Lance merge_insert floor"], med["delta update (s = 's3')"]
+    print(
+        f"  ours / Lance's own engine on the same tables: merge {med['ours merge'] / lance_merge:.2f}x, "
+        f"update (s = 's3') {ours_column / lance_update:.2f}x; Lance's engine / delta-rs: merge "
+        f"{lance_merge / med['delta merge']:.2f}x, update {lance_update / delta_column:.2f}x"
     )

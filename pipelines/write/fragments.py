@@ -29,7 +29,7 @@ from pipelines.session_calls import describe_jobs
 from pipelines.spark_errors import ERROR_MARKER, spark_errors
 from pipelines.write.small import small_rows
 
-__all__ = ["conform_dataframe", "write_fragments"]
+__all__ = ["conform_dataframe", "write_fragments", "write_rows"]
 
 
 _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
@@ -176,7 +176,7 @@ def write_fragments(
         derive_keys=derive,
     )
     if rows is not None:
-        return pa.Table.from_batches(list(writer(rows.to_batches())), schema=writer.output_schema), writer
+        return _written(writer, rows), writer
 
     def write_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return writer(batches)
@@ -184,6 +184,30 @@ def write_fragments(
     with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: write fragments ({label})"):
         messages = data.mapInArrow(write_batches, from_arrow_schema(writer.output_schema)).toArrow()
     return messages, writer
+
+
+def write_rows(
+    rows: pa.Table,
+    ns: PartitionedNamespace,
+    *,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_bytes_per_file: int | None = None,
+) -> tuple[pa.Table, FragmentWriter]:
+    """:func:`write_fragments` of rows the driver holds, conformed to ``ns``'s schema already:
+    written here, one buffer per partition, with no DataFrame made."""
+    writer = FragmentWriter.for_namespace(
+        ns,
+        max_rows_per_file=max_rows_per_file,
+        max_bytes_per_file=max_bytes_per_file,
+        max_open_writers=_MANY_WRITERS,
+        max_buffered_rows=max_rows_per_file,
+        derive_keys=True,
+    )
+    return _written(writer, rows), writer
+
+
+def _written(writer: FragmentWriter, rows: pa.Table) -> pa.Table:
+    return pa.Table.from_batches(list(writer(rows.to_batches())), schema=writer.output_schema)
 
 
 # The first rows the layout decision looks at, and at most how many partition values they

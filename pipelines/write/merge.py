@@ -224,7 +224,7 @@ def merge_partitioned(
         if change is not None:  # "delete the matched rows, append the source": no join
             matched, rows = change
             return commit_changes(
-                source,
+                session,
                 ns,
                 matched.select([ROW_TABLE, ROW_ADDRESS]),
                 data,
@@ -262,7 +262,7 @@ def merge_partitioned(
             if when_matched != "update" and when_not_matched != "insert":
                 incoming = None
             return commit_changes(
-                source,
+                session,
                 ns,
                 gone,
                 incoming,

@@ -14,6 +14,7 @@ attempt read changed before the commit, the whole attempt runs again on the new 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +27,8 @@ from pyspark.sql import functions as F
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
+from partitioning.sql.assign import NotExact, assignments
+from partitioning.sql.tokens import Dialect
 from partitioning.storage.history import Operation
 from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, addresses_of, commit_rewrite
 from pipelines.read_options import session_dialect
@@ -33,19 +36,21 @@ from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import session_or_active
-from pipelines.write.fragments import conform_dataframe, write_fragments
+from pipelines.write.fragments import conform_dataframe, write_fragments, write_rows
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
-from pipelines.write.small import small_target
+from pipelines.write.small import exact_rows, small_target
 from pipelines.write.targets import addresses, target_rows
 
 __all__ = ["replace_where", "update_rows"]
 
+log = logging.getLogger("lance_partitioned")
+
 
 def commit_changes(
-    source: DataFrame,
+    session: SparkSession,
     ns: PartitionedNamespace,
     gone: pa.Table,
-    incoming: DataFrame | None,
+    incoming: DataFrame | pa.Table | None,
     *,
     read_set: ReadSet,
     read: Mapping[str, int],
@@ -63,15 +68,19 @@ def commit_changes(
     on the protected path of ``run`` (the operation's current round); history records
     ``operation`` with the commit's metrics (and its duration since ``started``).
     ``local``: whether the driver writes ``incoming`` (None: Spark's size estimate decides);
-    ``rows``: ``incoming``'s rows, conformed and collected already (the driver writes them)."""
+    ``rows``: ``incoming``'s rows, conformed and collected already (the driver writes them);
+    ``incoming`` may also be such rows itself (no DataFrame made)."""
     deletions = addresses_of(gone, ROW_TABLE, ROW_ADDRESS)
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if incoming is None:
         messages, spec_id, schema = _no_messages(ns)
+    elif isinstance(incoming, pa.Table):
+        messages, writer = write_rows(incoming, ns, **dict(sizes or {}))
+        spec_id, schema = writer.planner.spec_id, writer.schema
     else:
         messages, writer = write_fragments(incoming, ns, local=local, rows=rows, **dict(sizes or {}))
         spec_id, schema = writer.planner.spec_id, writer.schema
-    with describe_jobs(source.sparkSession, f"lance_partitioned: commit {mode} ({label})"):
+    with describe_jobs(session, f"lance_partitioned: commit {mode} ({label})"):
         return commit_rewrite(
             ns,
             messages,
@@ -95,6 +104,33 @@ def _no_messages(ns: PartitionedNamespace) -> tuple[pa.Table, int, Any]:
 
     writer = FragmentWriter.for_namespace(ns)
     return writer.output_schema.empty_table(), writer.planner.spec_id, writer.schema
+
+
+def _update_in_arrow(
+    session: SparkSession,
+    ns: PartitionedNamespace,
+    set: Mapping[str, str],
+    where: str | None,
+    dialect: Dialect,
+    read: Mapping[str, int],
+) -> tuple[pa.Table, pa.Table] | None:
+    """The addresses of the rows an update changes and their new rows, with no Spark job, when
+    the driver selects them exactly as Spark would (:func:`pipelines.write.small.exact_rows`)
+    and computes every new value as Spark would (:func:`partitioning.sql.assign.assignments`);
+    else None (Spark evaluates them)."""
+    schema = ns.namespace_schema.arrow
+    assign = assignments(set, schema, dialect)
+    if assign is None:
+        return None
+    rows = exact_rows(session, ns, read, where)
+    if rows is None:
+        return None
+    try:
+        new = assign(rows)
+    except NotExact as exc:
+        log.debug("update of %s: Spark computes the new values (%s)", ns.root, first_line(exc))
+        return None
+    return rows.select([ROW_TABLE, ROW_ADDRESS]), new.select(schema.names)
 
 
 def replace_where(
@@ -132,7 +168,7 @@ def replace_where(
             f"replace_where on {ns.root}",
         )
         return commit_changes(
-            df,
+            session,
             ns,
             gone,
             df,
@@ -188,6 +224,22 @@ def update_rows(
         dialect = session_dialect(session)
         read_set = ReadSet(where, dialect, touches=Touches.of_sql(where, dialect, ns.namespace_schema.arrow))
         read = read_set.plan(ns)
+        done = _update_in_arrow(session, ns, set, where, dialect, read)
+        if done is not None:
+            gone, collected = done
+            return commit_changes(
+                session,
+                ns,
+                gone,
+                collected,
+                read_set=read_set,
+                read=read,
+                mode="update",
+                rows_updated=gone.num_rows,
+                operation=Operation("UPDATE", parameters),
+                started=started,
+                run=run,
+            )
         small = small_target(session, ns, read, filter=where)
         rows = small if small is not None else target_rows(session, ns, read, filter=where, cache=run.cache)
         try:
@@ -208,7 +260,7 @@ def update_rows(
             else:
                 gone = addresses(updated.select(ROW_TABLE, ROW_ADDRESS), f"update_rows on {ns.root}")
             return commit_changes(
-                rows,
+                session,
                 ns,
                 gone,
                 incoming,

@@ -51,6 +51,7 @@ __all__ = [
     "SMALL_MAX_ROWS",
     "SMALL_MAX_TABLES",
     "SMALL_WRITE_BYTES",
+    "exact_rows",
     "small_copy",
     "small_rows",
     "small_target",
@@ -169,6 +170,30 @@ def pushed_filter(
     if exact is None and lance_filter(bound, schema) is None:
         return None
     return bound, exact
+
+
+def exact_rows(
+    session: SparkSession, ns: PartitionedNamespace, read: Mapping[str, int], filter: str | None
+) -> pa.Table | None:
+    """Exactly the rows of the tables in ``read`` that ``filter`` (Spark SQL; None: every row)
+    selects, with ``_lance_table`` and ``_lance_rowaddr``, read here, when this process
+    evaluates ``filter`` as Spark does (:func:`pushed_filter`) and they are within the bounds
+    of :func:`small_target`; else None."""
+    if is_connect(session):
+        return None
+    tables = ns.tables_by_id(read)
+    if len(tables) != len(read):
+        return None
+    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
+    output = list(ns.schema.names)
+    if filter is None:
+        bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
+        return local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
+    pushed = pushed_filter(session, ns, filter)
+    if pushed is None or pushed[1] is None:
+        return None
+    bounds = (MATCHING_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
+    return matching_table(ns, pieces, output, pushed[0], exact=pushed[1], bounds=bounds)
 
 
 def small_target(

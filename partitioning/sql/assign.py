@@ -1,0 +1,214 @@
+"""``SET column = expression`` evaluated in Arrow exactly as Spark evaluates it, or not at all.
+
+An update whose rows the driver holds (:mod:`pipelines.write.small`) need not hand them to
+Spark when every new value is one Spark would compute identically here. :func:`assignments`
+accepts a small grammar where Spark's answer is plain to reproduce, and refuses the rest
+(returns None; the update then asks Spark):
+
+- a literal (a number, a string, TRUE/FALSE, NULL) or a column of the table;
+- ``+``, ``-``, ``*`` and unary ``-`` over integer columns and integer literals, computed in
+  a type never wider than Spark's (the wider operand; a literal is INT when it fits) with
+  overflow checked;
+- the same over DOUBLE columns with integer, decimal or double literals and INT/DOUBLE
+  columns (Spark casts the other operand to DOUBLE; IEEE arithmetic is the same);
+- ``||`` of strings (NULL if either side is NULL, as Spark's ``concat``).
+
+Division, functions, casts, decimals, floats, dates and timestamps are refused. The value
+is then stored in its column: unchanged when its type is the column's, widened when an
+integer goes into a wider integer or an INT (or narrower) into a DOUBLE. Whatever might
+differ from Spark at run time (an overflow, which ANSI mode raises and legacy mode wraps;
+a NULL in a non-nullable column; a narrowing store) raises :class:`NotExact`, and the
+caller asks Spark instead, which gives its own answer or error.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from partitioning.errors import PartitioningError
+from partitioning.sql.nodes import Binary, Column, Expr, Literal, Unary
+from partitioning.sql.parse import parse_expression
+from partitioning.sql.tokens import Dialect, SqlSyntaxError
+
+__all__ = ["NotExact", "assignments"]
+
+MAX_NODES = 64
+_SUFFIXED = re.compile(r"(?i)\d(?:y|s|l|bd|d|f)\b")
+
+_INTS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+_ARITHMETIC = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}
+_DOUBLE_ARITHMETIC = {"+": "add", "-": "subtract", "*": "multiply"}
+
+
+class NotExact(PartitioningError):
+    """These rows' new values might not be Spark's (an overflow, a NULL a column refuses):
+    the caller computes them with Spark."""
+
+
+Value = Callable[[pa.Table], pa.Array | pa.ChunkedArray | pa.Scalar]
+
+
+class _Refused(Exception):
+    """The expression is outside the grammar."""
+
+
+def assignments(set: Mapping[str, str], schema: pa.Schema, dialect: Dialect) -> Callable[[pa.Table], pa.Table] | None:
+    """A function from the old rows (with ``schema``'s columns, and any others kept as they
+    are) to the new ones, each column in ``set`` replaced by its expression's value; None when
+    an expression is outside the grammar. The function raises :class:`NotExact` when a
+    value might not be Spark's."""
+    if dialect.name != "spark":
+        return None
+    compiled: dict[str, Value] = {}
+    try:
+        for name, text in set.items():
+            field = schema.field(name)
+            if _SUFFIXED.search(text):
+                return None  # 1Y, 1S, 1L...: the parser keeps the value, not Spark's type
+            expr = parse_expression(text, dialect)
+            kind, value = _Compiler(schema, dialect).compile(expr, depth=0)
+            compiled[name] = _stored(kind, value, field)
+    except (_Refused, SqlSyntaxError, KeyError):
+        return None
+
+    def apply(rows: pa.Table) -> pa.Table:
+        new = {name: _as_array(value(rows), rows.num_rows, schema.field(name)) for name, value in compiled.items()}
+        for name, column in new.items():
+            if not schema.field(name).nullable and column.null_count:
+                raise NotExact(f"a NULL for the non-nullable column {name!r}")
+            rows = rows.set_column(rows.schema.get_field_index(name), name, column)
+        return rows
+
+    return apply
+
+
+class _Compiler:
+    def __init__(self, schema: pa.Schema, dialect: Dialect) -> None:
+        self.schema, self.dialect = schema, dialect
+
+    def compile(self, expr: Expr, depth: int) -> tuple[Any, Value]:
+        """(Spark's result type, or None for an untyped NULL; the value)."""
+        if depth > MAX_NODES:
+            raise _Refused
+        if isinstance(expr, Column):
+            name = self._column(expr)
+            return self.schema.field(name).type, lambda rows: rows.column(name)
+        if isinstance(expr, Literal):
+            return _literal(expr)
+        if isinstance(expr, Unary) and expr.op == "-":
+            kind, value = self.compile(expr.arg, depth + 1)
+            if kind in _INTS:
+                return kind, lambda rows: _checked("negate_checked", value(rows))
+            if kind == pa.float64():
+                return kind, lambda rows: pc.negate(value(rows))
+            raise _Refused
+        if isinstance(expr, Binary) and expr.op in _ARITHMETIC:
+            return self._arithmetic(expr, depth)
+        if isinstance(expr, Binary) and expr.op == "||":
+            (lk, lv), (rk, rv) = self.compile(expr.left, depth + 1), self.compile(expr.right, depth + 1)
+            if not all(
+                isinstance(k, pa.DataType) and (pa.types.is_string(k) or pa.types.is_large_string(k)) for k in (lk, rk)
+            ):
+                raise _Refused
+            return pa.string(), lambda rows: pc.binary_join_element_wise(
+                _cast(lv(rows), pa.string()), _cast(rv(rows), pa.string()), "", null_handling="emit_null"
+            )
+        raise _Refused
+
+    def _column(self, expr: Column) -> str:
+        if len(expr.parts) != 1:
+            raise _Refused
+        (name,) = expr.parts
+        if name in self.schema.names:
+            return name
+        if self.dialect.case_sensitive:
+            raise _Refused
+        found = [n for n in self.schema.names if n.lower() == name.lower()]
+        if len(found) != 1:
+            raise _Refused
+        return found[0]
+
+    def _arithmetic(self, expr: Binary, depth: int) -> tuple[Any, Value]:
+        (lk, lv), (rk, rv) = self.compile(expr.left, depth + 1), self.compile(expr.right, depth + 1)
+        if lk in _INTS and rk in _INTS:
+            kind = max(lk, rk, key=_INTS.index)
+            name = _ARITHMETIC[expr.op]
+            return kind, lambda rows: _checked(name, _cast(lv(rows), kind), _cast(rv(rows), kind))
+        if pa.float64() in (lk, rk) and all(k == pa.float64() or k in _INTS or k is _DECIMAL_LITERAL for k in (lk, rk)):
+            # Spark casts the other operand to DOUBLE; a long rounds to the nearest double there as here
+            name = _DOUBLE_ARITHMETIC[expr.op]
+            return pa.float64(), lambda rows: getattr(pc, name)(_to_double(lv(rows)), _to_double(rv(rows)))
+        raise _Refused
+
+
+# the kind of a decimal literal, which the grammar takes only beside a DOUBLE (as its double value)
+_DECIMAL_LITERAL: Any = object()
+
+
+def _literal(expr: Literal) -> tuple[Any, Value]:
+    value = expr.value
+    if expr.kind == "null":
+        return None, lambda rows: pa.scalar(None)
+    if expr.kind == "bool":
+        return pa.bool_(), lambda rows: pa.scalar(bool(value))
+    if expr.kind == "string":
+        return pa.string(), lambda rows: pa.scalar(value, pa.string())
+    if expr.kind == "double":
+        return pa.float64(), lambda rows: pa.scalar(float(value), pa.float64())
+    if expr.kind == "int":
+        if -(2**31) <= value < 2**31:
+            return pa.int32(), lambda rows: pa.scalar(value, pa.int32())
+        if -(2**63) <= value < 2**63:
+            return pa.int64(), lambda rows: pa.scalar(value, pa.int64())
+        raise _Refused
+    if expr.kind == "decimal" and isinstance(value, decimal.Decimal) and value.is_finite():
+        # correctly rounded, as Java's BigDecimal.doubleValue; a decimal has no -0
+        as_double = float(value) + 0.0
+        return _DECIMAL_LITERAL, lambda rows: pa.scalar(as_double, pa.float64())
+    raise _Refused
+
+
+def _stored(kind: Any, value: Value, field: pa.Field) -> Value:
+    """``value`` as its column stores it, where that cannot lose anything."""
+    target = field.type
+    if kind is None:
+        return lambda rows: pa.nulls(rows.num_rows, target)
+    if kind is _DECIMAL_LITERAL:
+        raise _Refused
+    if kind == target or (kind == pa.string() and pa.types.is_large_string(target)):
+        return lambda rows: _cast(value(rows), target)
+    if kind in _INTS and target in _INTS and _INTS.index(kind) <= _INTS.index(target):
+        return lambda rows: _cast(value(rows), target)
+    if kind in _INTS[:3] and target == pa.float64():
+        return lambda rows: _cast(value(rows), target)
+    raise _Refused
+
+
+def _checked(name: str, *args: Any) -> Any:
+    try:
+        return getattr(pc, name)(*args)
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise NotExact(f"{name}: {exc}") from exc
+
+
+def _cast(value: Any, kind: pa.DataType) -> Any:
+    if value.type == kind:
+        return value
+    return pc.cast(value, kind)
+
+
+def _to_double(value: Any) -> Any:
+    # an int64 rounds to the nearest double, as Java's (double) cast does
+    return value if value.type == pa.float64() else pc.cast(value, pa.float64(), safe=False)
+
+
+def _as_array(value: Any, length: int, field: pa.Field) -> pa.ChunkedArray | pa.Array:
+    if isinstance(value, pa.Scalar):
+        return pa.repeat(value.cast(field.type), length) if value.is_valid else pa.nulls(length, field.type)
+    return value
