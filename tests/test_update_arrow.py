@@ -231,3 +231,20 @@ def test_beyond_the_driver_bounds_spark_computes_the_update(
     update_rows(root, set={"x": "x + 1"}, where="id = 7", spark=spark)
     stored = {r["id"]: r["x"] for r in oracle.stored_rows(root, "p")}
     assert stored[7] == -1.5e-300 + 1
+
+
+@pytest.mark.parametrize("where", ["x > 0 OR s = 'ß'", "flag AND n <> 0", "s LIKE '%b' OR b IN (3, -128)"])
+def test_a_delete_the_driver_selects_runs_no_spark_job_and_matches_spark(
+    spark: SparkSession, tmp_path: Any, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NaN above every number, NULLs, LIKE and IN: the rows left are those Spark's where keeps."""
+    from pipelines import delete_rows
+
+    root = str(tmp_path / "ns")
+    _namespace(root)
+    df = spark.createDataFrame(TABLE.to_pylist(), "id long, n int, b byte, x double, s string, flag boolean, p int")
+    kept = sorted(r.id for r in df.where(f"NOT coalesce(({where}), false)").select("id").collect() if r.id is not None)
+    assert 0 < len(kept) < len(ROWS) - 1
+    _refuse_spark(monkeypatch, spark)
+    delete_rows(root, where, spark=spark)
+    assert sorted(r["id"] for r in oracle.stored_rows(root, "p") if r["id"] is not None) == kept

@@ -46,7 +46,7 @@ from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import run_tasks, session_or_active
-from pipelines.write.small import small_target
+from pipelines.write.small import exact_rows, small_target
 
 __all__ = ["compact", "delete_rows", "drop_partitions", "optimize_manifest", "vacuum", "values_matcher"]
 
@@ -148,10 +148,12 @@ def delete_rows(
     spark: SparkSession | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
-    """Delete the rows matching ``filter`` (Spark SQL, applied by Spark) in the pruned tables.
+    """Delete the rows matching ``filter`` (Spark SQL) in the pruned tables.
 
     Spark reads the candidate tables at the manifest's versions and finds the matching
-    rows' Lance row addresses; the driver deletes exactly those and commits once.
+    rows' Lance row addresses; the driver deletes exactly those and commits once. When the
+    driver evaluates ``filter`` exactly as Spark does and the matching rows are few
+    (:func:`pipelines.write.small.exact_rows`), it finds them itself, with no Spark job.
     Without a session, :func:`partitioning.tables.deletes.delete_rows` (DataFusion SQL).
     """
     session = session_or_active(spark)
@@ -167,7 +169,17 @@ def delete_rows(
         if clash:
             raise InvalidInput(f"delete_rows cannot run on a namespace with a column named {sorted(clash)[0]!r}")
         wanted = {t.object_id for t in tasks}
-        rows = small_target(session, ns, {t.object_id: t.read_version or 0 for t in tasks})
+        read = {t.object_id: t.read_version or 0 for t in tasks}
+        exact = exact_rows(session, ns, read, filter_sql)
+        if exact is not None:  # selected here exactly as Spark would: no Spark job
+            out: dict[str, list[int]] = {}
+            for table, address in zip(
+                exact.column(ROW_TABLE).to_pylist(), exact.column(ROW_ADDRESS).to_pylist(), strict=True
+            ):
+                if table in wanted:
+                    out.setdefault(table, []).append(int(address))
+            return out
+        rows = small_target(session, ns, read)
         if rows is None:
             from pipelines.source.datasource import register_data_source
 
@@ -182,7 +194,7 @@ def delete_rows(
             hits = rows.where(filter_sql).select(ROW_TABLE, ROW_ADDRESS).collect()
         except PySparkException as exc:
             raise InvalidInput(f"delete_rows filter {filter_sql!r}: {first_line(exc)}") from exc
-        out: dict[str, list[int]] = {}
+        out = {}
         for row in hits:
             if row[0] in wanted:
                 out.setdefault(row[0], []).append(int(row[1]))
