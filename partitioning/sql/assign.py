@@ -36,7 +36,7 @@ from partitioning.sql.nodes import Binary, Column, Expr, Literal, Unary
 from partitioning.sql.parse import parse_expression
 from partitioning.sql.tokens import Dialect, SqlSyntaxError
 
-__all__ = ["NotExact", "assignments"]
+__all__ = ["NotExact", "assigned", "assignments"]
 
 MAX_NODES = 64
 _SUFFIXED = re.compile(r"(?i)\d(?:y|s|l|bd|d|f)\b")
@@ -58,39 +58,48 @@ class _Refused(Exception):
     """The expression is outside the grammar."""
 
 
-def assignments(set: Mapping[str, str], schema: pa.Schema, dialect: Dialect) -> Callable[[pa.Table], pa.Table] | None:
-    """A function from the old rows (with ``schema``'s columns, and any others kept as they
-    are) to the new ones, each column in ``set`` replaced by its expression's value; None when
-    an expression is outside the grammar. The function raises :class:`NotExact` when a
-    value might not be Spark's."""
+def assignments(
+    set: Mapping[str, str], schema: pa.Schema, dialect: Dialect, *, inputs: pa.Schema | None = None
+) -> Callable[[pa.Table], dict[str, Any]] | None:
+    """A function from rows to the new value of each column of ``set`` (a column of
+    ``schema``, where it is stored); None when an expression is outside the grammar. The
+    expressions read ``inputs``' columns (default: ``schema``'s), a qualified name ``a.b``
+    reading the column named ``"a.b"``. The function raises :class:`NotExact` when a value
+    might not be Spark's."""
     if dialect.name != "spark":
         return None
+    reads = inputs if inputs is not None else schema
+    compiler = _Compiler(reads, dialect, qualified=inputs is not None)
     compiled: dict[str, Value] = {}
     try:
         for name, text in set.items():
-            field = schema.field(name)
             if _SUFFIXED.search(text):
                 return None  # 1Y, 1S, 1L...: the parser keeps the value, not Spark's type
-            expr = parse_expression(text, dialect)
-            kind, value = _Compiler(schema, dialect).compile(expr, depth=0)
-            compiled[name] = _stored(kind, value, field)
+            kind, value = compiler.compile(parse_expression(text, dialect), depth=0)
+            compiled[name] = _stored(kind, value, schema.field(name))
     except (_Refused, SqlSyntaxError, KeyError):
         return None
 
-    def apply(rows: pa.Table) -> pa.Table:
+    def apply(rows: pa.Table) -> dict[str, Any]:
         new = {name: _as_array(value(rows), rows.num_rows, schema.field(name)) for name, value in compiled.items()}
         for name, column in new.items():
             if not schema.field(name).nullable and column.null_count:
                 raise NotExact(f"a NULL for the non-nullable column {name!r}")
-            rows = rows.set_column(rows.schema.get_field_index(name), name, column)
-        return rows
+        return new
 
     return apply
 
 
+def assigned(rows: pa.Table, new: Mapping[str, Any]) -> pa.Table:
+    """``rows`` with the columns in ``new`` replaced."""
+    for name, column in new.items():
+        rows = rows.set_column(rows.schema.get_field_index(name), name, column)
+    return rows
+
+
 class _Compiler:
-    def __init__(self, schema: pa.Schema, dialect: Dialect) -> None:
-        self.schema, self.dialect = schema, dialect
+    def __init__(self, schema: pa.Schema, dialect: Dialect, qualified: bool) -> None:
+        self.schema, self.dialect, self.qualified = schema, dialect, qualified
 
     def compile(self, expr: Expr, depth: int) -> tuple[Any, Value]:
         """(Spark's result type, or None for an untyped NULL; the value)."""
@@ -122,9 +131,11 @@ class _Compiler:
         raise _Refused
 
     def _column(self, expr: Column) -> str:
-        if len(expr.parts) != 1:
+        # qualified (source.x, target.x) where the inputs are, plain otherwise: a name the other
+        # way is a struct field or an ambiguous column to Spark
+        if len(expr.parts) != (2 if self.qualified else 1) or any("." in p for p in expr.parts):
             raise _Refused
-        (name,) = expr.parts
+        name = ".".join(expr.parts)
         if name in self.schema.names:
             return name
         if self.dialect.case_sensitive:

@@ -46,6 +46,7 @@ from pipelines.spark_errors import where_sql
 from pipelines.write.matches import matched_target, refuse_shared_matches, source_keys
 from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
+from pipelines.write.set_merge import set_merge_values, set_upsert
 from pipelines.write.small import small_copy, small_target
 from pipelines.write.targets import addresses, target_rows
 from pipelines.write.upsert import HeldSource, is_upsert
@@ -221,17 +222,23 @@ def merge_partitioned(
         read = read_set.plan(ns)
         names = schema.arrow.names
         change = source_held.upsert(ns, read) if upsert(source.columns, names) else None
-        if change is not None:  # "delete the matched rows, append the source": no join
-            matched, rows = change
+        values = set_merge_values(source, ns, set, session_dialect(session), modes, matched_condition, target_filter)
+        done = set_upsert(source_held, ns, read, values) if values is not None else None
+        if change is not None or done is not None:  # computed in the driver, no join in Spark
+            incoming: DataFrame | pa.Table
+            if change is not None:  # "delete the matched rows, append the source"
+                gone, incoming, updated, rows = change[0], data, change[0].num_rows, change[1]
+            elif done is not None:  # "recompute the set columns of the matched rows, insert the rest"
+                (gone, incoming, updated), rows = done, None
             return commit_changes(
                 session,
                 ns,
-                matched.select([ROW_TABLE, ROW_ADDRESS]),
-                data,
+                gone.select([ROW_TABLE, ROW_ADDRESS]),
+                incoming,
                 read_set=_with_touches(read_set, data, schema, keys, held is not None, modes, held_keys),
                 read=read,
                 mode="merge",
-                rows_updated=matched.num_rows,
+                rows_updated=updated,
                 operation=Operation("MERGE", parameters),
                 started=started,
                 run=run,

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
-from partitioning.sql.assign import NotExact, assignments
+from partitioning.sql.assign import NotExact, assigned, assignments
 from partitioning.sql.tokens import Dialect
 from partitioning.storage.history import Operation
 from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, addresses_of, commit_rewrite
@@ -126,7 +126,7 @@ def _update_in_arrow(
     if rows is None:
         return None
     try:
-        new = assign(rows)
+        new = assigned(rows, assign(rows))
     except NotExact as exc:
         log.debug("update of %s: Spark computes the new values (%s)", ns.root, first_line(exc))
         return None

@@ -75,10 +75,12 @@ class HeldSource:
         self.keys_by_schema: dict[str, pa.Table | None] = {}
         self._rows: dict[str, pa.Table | None] = {}
 
-    def upsert(self, ns: PartitionedNamespace, read: Mapping[str, int]) -> tuple[pa.Table, pa.Table | None] | None:
-        """The target rows (:func:`matched_rows`) the upsert deletes and the source's rows
-        conformed and collected (None: Spark's tasks write them); None when it cannot be
-        done so."""
+    def upsert(
+        self, ns: PartitionedNamespace, read: Mapping[str, int], columns: Sequence[str] | None = None
+    ) -> tuple[pa.Table, pa.Table | None] | None:
+        """The target rows (:func:`matched_rows`, with ``columns``: default the keys) the upsert
+        deletes and the source's rows conformed and collected (None: Spark's tasks write
+        them); None when it cannot be done so."""
         schema = ns.namespace_schema.to_json()
         if schema not in self.keys_by_schema:
             rows = _collected(self.source, ns.namespace_schema, self.keys, self.small)
@@ -89,7 +91,7 @@ class HeldSource:
                 else source_keys(self.source, ns.namespace_schema, self.keys)
             )
         wanted = self.keys_by_schema[schema]
-        matched = matched_rows(ns, read, self.keys, wanted) if wanted is not None else None
+        matched = matched_rows(ns, read, self.keys, wanted, columns) if wanted is not None else None
         if matched is None or wanted is None:
             return None
         refuse_duplicate_keys(matched, wanted, self.keys)
@@ -121,21 +123,26 @@ def _present(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 
 def matched_rows(
-    ns: PartitionedNamespace, read: Mapping[str, int], keys: Sequence[str], wanted: pa.Table
+    ns: PartitionedNamespace,
+    read: Mapping[str, int],
+    keys: Sequence[str],
+    wanted: pa.Table,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table | None:
     """The rows of the tables ``read`` whose key tuple is in ``wanted`` (the source's):
-    ``_lance_table``, ``_lance_rowaddr`` and the keys, read here. None when the tables hold
+    ``_lance_table``, ``_lance_rowaddr`` and ``columns`` (default: the keys), read here. None when the tables hold
     more than :data:`PROBE_MAX_ROWS` rows or one cannot be read here, or when a key the
     source has is held by more than one target row."""
     tables = ns.tables_by_id(read)
     if len(tables) != len(read) or any(t.read_version is None for t in tables.values()):
         return None
+    output = list(columns) if columns is not None else list(keys)
     empty = pa.schema(
-        [*[pa.field(k, pa.null()) for k in keys], pa.field(ROW_TABLE, pa.string()), pa.field(ROW_ADDRESS, pa.int64())]
+        [*[pa.field(k, pa.null()) for k in output], pa.field(ROW_TABLE, pa.string()), pa.field(ROW_ADDRESS, pa.int64())]
     )
     if wanted.num_rows == 0 or not tables:
         return empty.empty_table()
-    probe = key_probe(ns, keys, wanted, keys)
+    probe = key_probe(ns, keys, wanted, output)
     pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
     opened = _opened(ns, pieces)
     if opened is None:
