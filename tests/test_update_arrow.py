@@ -332,3 +332,18 @@ def test_a_set_merge_that_overflows_gets_sparks_answer(spark: SparkSession, tmp_
     merge_partitioned(source, root, on="id", set={"n": "target.n + source.n"})
     stored = {r["id"]: r["n"] for r in oracle.stored_rows(root, "p")}
     assert stored[1] == 10 + I32 - 2**32  # Spark's legacy mode wraps
+
+
+def test_rows_with_vectors_lists_and_decimals_are_written_back_whole(
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The columns an update does not set (a vector, a list, a decimal, a zoned timestamp)
+    come back exactly as they were, the row moved to its new partition."""
+    from tests.test_small_changes import COLUMNS, TARGET, _namespace, _stored
+
+    root = str(tmp_path / "ns")
+    _namespace(root)
+    _refuse_spark(monkeypatch, spark)
+    update_rows(root, set={"country": "'IT'", "id": "id * 10"}, where="id >= 3", spark=spark)
+    expected = oracle.update(TARGET, lambda r: {**r, "country": "IT", "id": r["id"] * 10}, lambda r: r["id"] >= 3)
+    assert _stored(root) == oracle.canonical(expected, COLUMNS)
