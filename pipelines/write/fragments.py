@@ -149,13 +149,12 @@ def write_fragments(
     if rows is None and local is not False:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: collect rows ({label})"):
             rows = conformed.toArrow() if local else small_rows(conformed)
-    if rows is None and cluster and names and plan_layout:
+    if rows is not None:
+        return write_rows(rows, ns, max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file)
+    if cluster and names and plan_layout:
         with _spark_errors(ns.root), describe_jobs(df.sparkSession, f"lance_partitioned: plan the write ({label})"):
             cluster = not _few_partitions(conformed, keyed(()), max_open_writers, current.max_values(nschema))
-    if rows is not None:
-        # the driver writes the collected rows: one buffer per partition, as a clustered task
-        data, open_writers, budget, derive = conformed, _MANY_WRITERS, max_rows_per_file, True
-    elif cluster and names:
+    if cluster and names:
         # Each task holds the partitions hashed to it, unsorted: the writer buffers them all
         # (one fragment per partition per task) up to ``max_rows_per_file`` rows in total,
         # then flushes its largest buffer.
@@ -175,8 +174,6 @@ def write_fragments(
         max_buffered_rows=budget,
         derive_keys=derive,
     )
-    if rows is not None:
-        return _written(writer, rows), writer
 
     def write_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return writer(batches)
@@ -194,7 +191,7 @@ def write_rows(
     max_bytes_per_file: int | None = None,
 ) -> tuple[pa.Table, FragmentWriter]:
     """:func:`write_fragments` of rows the driver holds, conformed to ``ns``'s schema already:
-    written here, one buffer per partition, with no DataFrame made."""
+    written here, one buffer per partition (as a clustered task), with no DataFrame made."""
     writer = FragmentWriter.for_namespace(
         ns,
         max_rows_per_file=max_rows_per_file,
@@ -203,11 +200,7 @@ def write_rows(
         max_buffered_rows=max_rows_per_file,
         derive_keys=True,
     )
-    return _written(writer, rows), writer
-
-
-def _written(writer: FragmentWriter, rows: pa.Table) -> pa.Table:
-    return pa.Table.from_batches(list(writer(rows.to_batches())), schema=writer.output_schema)
+    return pa.Table.from_batches(list(writer(rows.to_batches())), schema=writer.output_schema), writer
 
 
 # The first rows the layout decision looks at, and at most how many partition values they

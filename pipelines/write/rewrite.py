@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -224,22 +225,13 @@ def update_rows(
         dialect = session_dialect(session)
         read_set = ReadSet(where, dialect, touches=Touches.of_sql(where, dialect, ns.namespace_schema.arrow))
         read = read_set.plan(ns)
+        commit = partial(
+            commit_changes, session, ns, read_set=read_set, read=read, mode="update", started=started, run=run
+        )
         done = _update_in_arrow(session, ns, set, where, dialect, read)
         if done is not None:
             gone, collected = done
-            return commit_changes(
-                session,
-                ns,
-                gone,
-                collected,
-                read_set=read_set,
-                read=read,
-                mode="update",
-                rows_updated=gone.num_rows,
-                operation=Operation("UPDATE", parameters),
-                started=started,
-                run=run,
-            )
+            return commit(gone, collected, rows_updated=gone.num_rows, operation=Operation("UPDATE", parameters))
         small = small_target(session, ns, read, filter=where)
         rows = small if small is not None else target_rows(session, ns, read, filter=where, cache=run.cache)
         try:
@@ -259,18 +251,11 @@ def update_rows(
                 gone, collected = both.select([ROW_TABLE, ROW_ADDRESS]), both.drop_columns([ROW_TABLE, ROW_ADDRESS])
             else:
                 gone = addresses(updated.select(ROW_TABLE, ROW_ADDRESS), f"update_rows on {ns.root}")
-            return commit_changes(
-                session,
-                ns,
+            return commit(
                 gone,
                 incoming,
-                read_set=read_set,
-                read=read,
-                mode="update",
                 rows_updated=gone.num_rows,
                 operation=Operation("UPDATE", parameters),
-                started=started,
-                run=run,
                 local=small is not None,
                 rows=collected,
             )

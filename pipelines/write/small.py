@@ -172,6 +172,17 @@ def pushed_filter(
     return bound, exact
 
 
+def _pieces(session: SparkSession, ns: PartitionedNamespace, read: Mapping[str, int]) -> list[TableSlice] | None:
+    """The tables in ``read`` to read in the driver; None on Spark Connect (no driver here) or
+    when one is not in ``ns``."""
+    if is_connect(session):
+        return None
+    tables = ns.tables_by_id(read)
+    if len(tables) != len(read):
+        return None
+    return [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
+
+
 def exact_rows(
     session: SparkSession, ns: PartitionedNamespace, read: Mapping[str, int], filter: str | None
 ) -> pa.Table | None:
@@ -179,12 +190,9 @@ def exact_rows(
     selects, with ``_lance_table`` and ``_lance_rowaddr``, read here, when this process
     evaluates ``filter`` as Spark does (:func:`pushed_filter`) and they are within the bounds
     of :func:`small_target`; else None."""
-    if is_connect(session):
+    pieces = _pieces(session, ns, read)
+    if pieces is None:
         return None
-    tables = ns.tables_by_id(read)
-    if len(tables) != len(read):
-        return None
-    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
     output = list(ns.schema.names)
     if filter is None:
         bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
@@ -210,12 +218,9 @@ def small_target(
     (:func:`pushed_filter`), only the rows it may select are read, and they are what must
     be small; otherwise the tables. None beyond the bounds (or when a table cannot be
     read here: Spark's tasks then read it, and report what is wrong, as for any read)."""
-    if is_connect(session):
+    pieces = _pieces(session, ns, read)
+    if pieces is None:
         return None
-    tables = ns.tables_by_id(read)
-    if len(tables) != len(read):
-        return None
-    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
     output = list(columns) if columns is not None else list(ns.schema.names)
     pushed = pushed_filter(session, ns, filter)
     if pushed is not None:
