@@ -62,6 +62,7 @@ EXPRESSIONS = [
     ("x", "n"),
     ("x", "x * -0.0"),  # a decimal -0.0 is 0.0: the product's sign is the column's
     ("x", "x * -0E0"),
+    ("x", "x + 0." + "1" * 38),  # DECIMAL(38, 38): the widest decimal literal Spark types
     ("id", "id + 1"),
     ("id", "id - 1"),
     ("id", "id * 2"),
@@ -98,6 +99,8 @@ REFUSED = [
     ("s", "s || 1"),
     ("x", "t.x + 1"),
     ("x", "missing + 1"),
+    ("x", "x + 1e400"),  # beyond DOUBLE: Spark refuses the literal
+    ("x", "x * 1" + "0" * 40 + ".0"),  # beyond DECIMAL(38)
 ]
 
 

@@ -24,6 +24,7 @@ caller asks Spark instead, which gives its own answer or error.
 from __future__ import annotations
 
 import decimal
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -170,7 +171,7 @@ def _literal(expr: Literal) -> tuple[Any, Value]:
         return pa.bool_(), lambda rows: pa.scalar(bool(value))
     if expr.kind == "string":
         return pa.string(), lambda rows: pa.scalar(value, pa.string())
-    if expr.kind == "double":
+    if expr.kind == "double" and math.isfinite(value):  # Spark refuses a literal beyond DOUBLE's range
         return pa.float64(), lambda rows: pa.scalar(float(value), pa.float64())
     if expr.kind == "int":
         if -(2**31) <= value < 2**31:
@@ -178,11 +179,21 @@ def _literal(expr: Literal) -> tuple[Any, Value]:
         if -(2**63) <= value < 2**63:
             return pa.int64(), lambda rows: pa.scalar(value, pa.int64())
         raise _Refused
-    if expr.kind == "decimal" and isinstance(value, decimal.Decimal) and value.is_finite():
+    if expr.kind == "decimal" and isinstance(value, decimal.Decimal) and _decimal_literal(value):
         # correctly rounded, as Java's BigDecimal.doubleValue; a decimal has no -0
         as_double = float(value) + 0.0
         return _DECIMAL_LITERAL, lambda rows: pa.scalar(as_double, pa.float64())
     raise _Refused
+
+
+def _decimal_literal(value: decimal.Decimal) -> bool:
+    """A decimal literal Spark types as DECIMAL(p, s) with p <= 38 (as BigDecimal counts them)."""
+    if not value.is_finite():
+        return False
+    _, digits, exponent = value.as_tuple()
+    scale = max(0, -int(exponent))
+    precision = max(len(digits), scale) if int(exponent) <= 0 else len(digits) + int(exponent)
+    return precision <= 38
 
 
 def _stored(kind: Any, value: Value, field: pa.Field) -> Value:
