@@ -5,7 +5,8 @@ fragments on the executors (every write door shares it). ``rewrite`` (``update_r
 ``replace_where``) and ``merge`` (``merge_partitioned``) read their ``targets``, rerun in
 ``rounds`` when they lose a race, and keep ``small`` changes in the driver; a merge reads
 only the target rows the source's keys can match (``matches``); a default merge is an
-``upsert``: the matched rows found in the driver, the source appended, no join.
+``upsert``: the matched rows found in the driver, the source appended, no join; a merge with
+``set=`` is a ``set_merge``: the matched rows recomputed in the driver, no join either.
 
 May import: source, read, columns, the session modules, :mod:`partitioning`. Imported by maintenance.
 """
