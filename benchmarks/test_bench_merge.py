@@ -22,6 +22,8 @@ at many partitions are set against): ``merge_insert`` of each partition's source
 update's ``s = 's3'`` predicate, from ``PARALLEL_COMMITS`` threads, plus the one
 ``__manifest`` commit naming the new versions. The merge floor is a floor, not a merge:
 a source row that moves partition is inserted into its new partition and the old row kept.
+And a merge with ``set=`` (``v`` recomputed from both sides, the rest kept) against
+delta-rs's ``when_matched_update`` with the same expressions.
 
 Sizes come from ``BENCH_MERGE_TARGET_ROWS`` / ``BENCH_MERGE_SOURCE_ROWS`` /
 ``BENCH_MERGE_PARTITIONS`` (defaults: the issue's 10,000,000 / 1,000,000 / 1,500).
@@ -62,6 +64,8 @@ REPEATS = 3
 # 1% of the rows (s cycles through 97 values), in every partition: a predicate on a non-partition
 # column that Lance's scan evaluates, so only those rows are read (pipelines.write.small)
 COLUMN_PREDICATE = "s = 's3'"
+# a CDC-style merge that recomputes one column of the matched rows from both sides
+SET_MERGE = {"v": "source.v + target.v", "s": "target.s"}
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.float64()), ("s", pa.string())])
 
 
@@ -123,7 +127,7 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
             writer.write_table(target_rows(start, min(TARGET_ROWS, start + chunk)))
     expected_rows = TARGET_ROWS + (SOURCE_ROWS - SOURCE_ROWS // 2)
 
-    copies = iter(range(12 * REPEATS))
+    copies = iter(range(16 * REPEATS))
 
     def fresh(kind: str) -> str:
         # a copy made before any timed run: no run times the file system's bookkeeping of
@@ -140,6 +144,15 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
             pq.read_table(source_path), predicate="target.id = source.id", source_alias="source", target_alias="target"
         )
         merger.when_matched_update_all().when_not_matched_insert_all().execute()
+
+    def ours_set_merge(root: str) -> None:
+        merge_partitioned(spark.read.parquet(source_path), root, on="id", set=SET_MERGE)
+
+    def delta_set_merge(uri: str) -> None:
+        merger = DeltaTable(uri).merge(
+            pq.read_table(source_path), predicate="target.id = source.id", source_alias="source", target_alias="target"
+        )
+        merger.when_matched_update(updates=SET_MERGE).when_not_matched_insert_all().execute()
 
     def ours_update(root: str) -> None:
         update_rows(root, set={"v": "v + 1"}, where=f"(id div {PARTITIONS}) % 100 = 0", spark=spark)
@@ -259,10 +272,14 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         "Lance commit floor": [],
         "PySpark+Lance read floor": [],
         "Lance merge_insert floor": [],
+        "ours merge (set)": [],
+        "delta merge (set)": [],
         "Lance update floor (s = 's3')": [],
     }
-    targets = [(fresh("ns"), fresh("delta"), fresh("ns"), fresh("ns")) for _ in range(REPEATS)]
-    for root, uri, spare, lance_own in targets:
+    targets = [
+        (fresh("ns"), fresh("delta"), fresh("ns"), fresh("ns"), fresh("ns"), fresh("delta")) for _ in range(REPEATS)
+    ]
+    for root, uri, spare, lance_own, set_root, set_uri in targets:
         _timed(root, ours_merge, samples["ours merge"])
         _timed(uri, delta_merge, samples["delta merge"])
         _timed("", merge_floor, samples["Spark merge floor"])
@@ -279,6 +296,9 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         _timed(spare, lance_floor, samples["Lance commit floor"])
         _timed(lance_own, lance_merge_floor, samples["Lance merge_insert floor"])
         _timed(lance_own, lance_update_floor, samples["Lance update floor (s = 's3')"])
+        _timed(set_root, ours_set_merge, samples["ours merge (set)"])
+        _timed(set_uri, delta_set_merge, samples["delta merge (set)"])
+        check(set_root, set_uri)
     merge_ratio = statistics.median(samples["ours merge"]) / statistics.median(samples["delta merge"])
     update_ratio = statistics.median(samples["ours update"]) / statistics.median(samples["delta update"])
     print(f"\nmerge {SOURCE_ROWS:,} rows into {TARGET_ROWS:,} ({PARTITIONS:,} partitions), median of {REPEATS}:")
@@ -303,3 +323,4 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         f"update (s = 's3') {ours_column / lance_update:.2f}x; Lance's engine / delta-rs: merge "
         f"{lance_merge / med['delta merge']:.2f}x, update {lance_update / delta_column:.2f}x"
     )
+    print(f"  merge with set= ours/delta-rs: {med['ours merge (set)'] / med['delta merge (set)']:.2f}x")
