@@ -70,6 +70,8 @@ def set_upsert(
 ) -> tuple[pa.Table, pa.Table, int] | None:
     """The addresses of the matched target rows, the rows that replace them followed by the
     inserted source rows, and how many were updated; None when the driver cannot do it."""
+    if held.rows(ns) is None:
+        return None  # a source too large to collect: Spark's join
     names = ns.schema.names
     change = held.upsert(ns, read, names)  # the source collected, its keys probed, duplicates refused
     if change is None or change[1] is None:

@@ -82,20 +82,26 @@ class HeldSource:
         deletes and the source's rows conformed and collected (None: Spark's tasks write
         them); None when it cannot be done so."""
         schema = ns.namespace_schema.to_json()
+        self.rows(ns)
         if schema not in self.keys_by_schema:
-            rows = _collected(self.source, ns.namespace_schema, self.keys, self.small)
-            self._rows[schema] = rows
-            self.keys_by_schema[schema] = (
-                _present(rows, self.keys)
-                if rows is not None
-                else source_keys(self.source, ns.namespace_schema, self.keys)
-            )
+            self.keys_by_schema[schema] = source_keys(self.source, ns.namespace_schema, self.keys)
         wanted = self.keys_by_schema[schema]
         matched = matched_rows(ns, read, self.keys, wanted, columns) if wanted is not None else None
         if matched is None or wanted is None:
             return None
         refuse_duplicate_keys(matched, wanted, self.keys)
         return matched, self._rows.get(schema)
+
+    def rows(self, ns: PartitionedNamespace) -> pa.Table | None:
+        """The source's rows conformed to ``ns``'s schema and collected here (and their keys
+        noted), once per schema; None when the source is too large to collect."""
+        schema = ns.namespace_schema.to_json()
+        if schema not in self._rows:
+            rows = _collected(self.source, ns.namespace_schema, self.keys, self.small)
+            self._rows[schema] = rows
+            if rows is not None:
+                self.keys_by_schema[schema] = _present(rows, self.keys)
+        return self._rows[schema]
 
 
 def _collected(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str], small: bool) -> pa.Table | None:
