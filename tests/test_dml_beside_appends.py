@@ -154,8 +154,9 @@ def test_statements_commit_beside_an_appender_and_every_row_survives(spark: Spar
         _, errors = worker.communicate(timeout=60)
     print(timings)
     assert worker.returncode == 0, errors[-3000:]
-    # the appender really was writing throughout: at least half its pace (one append per 0.3 s plus
-    # its commit) over the statements' whole span, and more appends than statements
-    assert appends >= max(len(statements) + 1, span / 0.3 / 2), (appends, span, timings)
+    # the appender really was writing throughout: at least a third of its pace (one append per
+    # 0.3 s plus its commit, which takes longer on a loaded 2-core machine: 14 appends in 10 s in
+    # one CI run) over the statements' whole span, and more appends than statements
+    assert appends >= max(len(statements) + 1, span / 0.3 / 3), (appends, span, timings)
     at = PartitionedNamespace.load(root).manifest_version
     assert _stored(root, at) == sorted([(i, p, v) for i, (p, v) in state.items()] + _appends(root, at))
