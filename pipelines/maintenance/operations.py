@@ -40,6 +40,7 @@ from partitioning.tables.deletes import RowMatcher
 from partitioning.tables.deletes import delete_rows as delete_rows_local
 from partitioning.tables.deletes import drop_partitions as drop_partitions_local
 from partitioning.tables.maintenance import MaintenanceReport, optimize_manifest
+from partitioning.tables.rewrites import addresses_of
 from partitioning.tables.vacuum import vacuum
 from pipelines.read_options import dialect_options, session_dialect
 from pipelines.session_calls import describe_jobs
@@ -172,13 +173,8 @@ def delete_rows(
         read = {t.object_id: t.read_version or 0 for t in tasks}
         exact = exact_rows(session, ns, read, filter_sql)
         if exact is not None:  # selected here exactly as Spark would: no Spark job
-            out: dict[str, list[int]] = {}
-            for table, address in zip(
-                exact.column(ROW_TABLE).to_pylist(), exact.column(ROW_ADDRESS).to_pylist(), strict=True
-            ):
-                if table in wanted:
-                    out.setdefault(table, []).append(int(address))
-            return out
+            found = addresses_of(exact, ROW_TABLE, ROW_ADDRESS)
+            return {table: found[table] for table in found if table in wanted}
         rows = small_target(session, ns, read)
         if rows is None:
             from pipelines.source.datasource import register_data_source
@@ -194,7 +190,7 @@ def delete_rows(
             hits = rows.where(filter_sql).select(ROW_TABLE, ROW_ADDRESS).collect()
         except PySparkException as exc:
             raise InvalidInput(f"delete_rows filter {filter_sql!r}: {first_line(exc)}") from exc
-        out = {}
+        out: dict[str, list[int]] = {}
         for row in hits:
             if row[0] in wanted:
                 out.setdefault(row[0], []).append(int(row[1]))
