@@ -157,11 +157,17 @@ def test_python_rows_beyond_the_bound_are_not_collected(spark: SparkSession, mon
     assert held is not None and sorted(r.id for r in held.collect()) == [1, 2]
 
 
-def test_rows_read_from_files_are_left_to_the_tasks(spark: SparkSession, tmp_path: Any):
-    """200,000 rows of 200 characters are 40 MB in memory but a few hundred KB of parquet:
-    the size on disk does not make rows small, so rows from files are never collected."""
+def test_rows_read_from_files_are_collected_by_their_size_in_memory(
+    spark: SparkSession, tmp_path: Any, monkeypatch: Any
+):
+    """200,000 rows of 200 characters are 40 MB in memory but a few hundred KB of parquet: the
+    size on disk does not make rows small. pyarrow reads such files in the driver only while
+    the rows it has read fit the budget (pipelines.write.file_rows), and stops beyond it."""
     path = str(tmp_path / "big.parquet")
     spark.range(200_000).selectExpr("id", "repeat('x', 200) AS s").write.parquet(path)
+    held = small.small_rows(spark.read.parquet(path))
+    assert held is not None and held.num_rows == 200_000 and held.nbytes > 40_000_000
+    monkeypatch.setattr(small, "MEASURED_WRITE_BYTES", 16 << 20)
     assert small.small_rows(spark.read.parquet(path)) is None
     assert small.small_copy(spark.read.parquet(path).limit(5)) is None
     assert small.small_rows(spark.range(5).selectExpr("id", "repeat('x', 200) AS s")) is not None

@@ -44,6 +44,7 @@ from pipelines.read_options import read_schema, session_dialect
 from pipelines.session import is_connect
 from pipelines.session_calls import active_session_kept
 from pipelines.spark_errors import where_sql
+from pipelines.write.file_rows import file_rows
 
 __all__ = [
     "MEASURED_WRITE_BYTES",
@@ -106,10 +107,14 @@ def _from_driver(df: DataFrame) -> str | None:
 def small_rows(df: DataFrame) -> pa.Table | None:
     """``df``'s rows as Arrow when they come from the driver (:func:`_from_driver`) and are at
     most :data:`SMALL_MAX_ROWS` rows and :data:`SMALL_MAX_BYTES` bytes (collected with a
-    bound), or when Spark knows their size to be at most :data:`MEASURED_WRITE_BYTES`
-    (:func:`_measured`); else None."""
+    bound), when Spark knows their size to be at most :data:`MEASURED_WRITE_BYTES`
+    (:func:`_measured`), or when they are plainly parquet files pyarrow reads within that
+    size (:func:`pipelines.write.file_rows.file_rows`); else None."""
     if _measured(df):
         return df.toArrow()
+    files = file_rows(df, max_bytes=MEASURED_WRITE_BYTES)
+    if files is not None:
+        return files
     if _from_driver(df) is None:
         return None
     table = df.limit(SMALL_MAX_ROWS + 1).toArrow()

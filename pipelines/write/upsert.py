@@ -41,12 +41,14 @@ from partitioning.state.partition_tables import open_partition_table
 from pipelines.read.local import OPENERS
 from pipelines.session import is_connect
 from pipelines.spark_errors import spark_errors
+from pipelines.write.file_rows import file_rows
 from pipelines.write.fragments import conform_dataframe
 from pipelines.write.matches import MAX_KEY_ROWS, key_probe, keys_comparable, source_keys
 
 __all__ = ["COLLECT_ESTIMATE", "PROBE_MAX_ROWS", "HeldSource", "is_upsert", "matched_rows", "refuse_duplicate_keys"]
 
 COLLECT_ESTIMATE = 16 << 20
+FILE_COLLECT_BYTES = 64 << 20  # a source of parquet files pyarrow reads (pipelines.write.file_rows)
 PROBE_MAX_ROWS = 50_000_000  # target rows whose keys the driver reads; beyond, Spark's tasks do
 
 log = logging.getLogger("lance_partitioned")
@@ -108,15 +110,22 @@ def _collected(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str], 
     """``source``'s rows conformed to ``schema``, collected here when it is ``small`` or Spark
     estimates its plan at most :data:`COLLECT_ESTIMATE` bytes (files: their size) and it has at most
     :data:`MAX_KEY_ROWS` rows: keys and rows then come from one pass (so the plan need not be
-    deterministic) and the driver writes the fragments, without Python workers."""
+    deterministic) and the driver writes the fragments, without Python workers. A source that
+    is plainly parquet files is read by pyarrow instead, at most :data:`FILE_COLLECT_BYTES`
+    in Arrow (:mod:`pipelines.write.file_rows`), with no Spark job."""
     if is_connect(source.sparkSession) or not keys_comparable(source, schema, keys):
         return None
+    with spark_errors("merge: conform the source"):
+        conformed = conform_dataframe(source, schema)
     if not small:
+        files = file_rows(conformed, max_bytes=FILE_COLLECT_BYTES, max_rows=MAX_KEY_ROWS)
+        if files is not None:
+            return files
         plan = source._jdf.queryExecution().optimizedPlan()  # classic-only (guarded by is_connect above)
         if int(str(plan.stats().sizeInBytes())) > COLLECT_ESTIMATE:
             return None
     with spark_errors("merge: collect the source"):
-        rows = conform_dataframe(source, schema).limit(MAX_KEY_ROWS + 1).toArrow()
+        rows = conformed.limit(MAX_KEY_ROWS + 1).toArrow()
     return rows if rows.num_rows <= MAX_KEY_ROWS else None
 
 
