@@ -29,6 +29,7 @@ from partitioning.sql.binding import bind
 from partitioning.sql.filters import (
     And,
     Cmp,
+    Computed,
     Const,
     Dialect,
     Filter,
@@ -43,6 +44,7 @@ from partitioning.sql.filters import (
     to_sql,
 )
 from partitioning.sql.from_sql import parse_filter
+from partitioning.sql.nodes import Binary, Column, Literal
 from partitioning.sql.rowfilter import arrow_predicate
 from partitioning.tables.write import write_table
 
@@ -170,7 +172,10 @@ NOT_PRUNED = [
     ("d = DATE '2025-13-45'", Opaque("comparison =")),
     ("t = TIMESTAMP 'yesterday'", Opaque("comparison =")),
     ("abs(a) > 3", Opaque("comparison >")),
-    ("a % 2 = 0", Opaque("comparison =")),
+    (
+        "a % 2 = 0",
+        Computed(Binary("%", Column(("a",)), Literal(2, "int")), "=", Literal(0, "int")),
+    ),  # evaluated exactly
     ("size(arr) = 2", Opaque("comparison =")),
     ("m.a > 2", Opaque("comparison >")),
     ("s RLIKE 'a.*'", Opaque("RLIKE")),

@@ -221,7 +221,8 @@ WIDE_FILTERS = [
     ("s = 'ß3'", lambda r: r["s"] == "ß3", True),  # pushed into Lance's scan
     ("x > 1990.5", lambda r: r["x"] is not None and (r["x"] != r["x"] or r["x"] > 1990.5), True),  # NaN is largest
     ("s IS NULL AND id < 300", lambda r: r["s"] is None and r["id"] < 300, True),
-    ("id % 50 = 0", lambda r: r["id"] % 50 == 0, False),  # not evaluated outside Spark: Spark's tasks read
+    ("id % 50 = 0", lambda r: r["id"] % 50 == 0, True),  # integer arithmetic: exactly Spark's in Arrow
+    ("abs(id) % 50 = 0", lambda r: abs(r["id"]) % 50 == 0, False),  # a function: Spark's tasks read
     ("id >= 400", lambda r: r["id"] >= 400, False),  # more rows than the bound: Spark's tasks read
 ]
 

@@ -27,10 +27,12 @@ import numpy as np
 import pyarrow as pa
 
 from partitioning.errors import SchemaError
+from partitioning.sql.arith import bind_computed
 from partitioning.sql.filters import (
     And,
     Approx,
     Cmp,
+    Computed,
     Const,
     Filter,
     In,
@@ -100,6 +102,9 @@ class _Binder:
             return type(f)(tuple(self.bind(c) for c in f.children))
         if isinstance(f, TrueFilter | Const | Opaque | Approx):
             return f
+        if isinstance(f, Computed):
+            resolve = lambda name: resolve_column(name, self.schema, self.dialect.case_sensitive)  # noqa: E731
+            return bind_computed(f, self.schema, resolve, spark=self.dialect.name == "spark", ansi=self.dialect.ansi)
         negated = isinstance(f, Not)
         leaf = f.child if isinstance(f, Not) else f
         assert isinstance(leaf, Cmp | In | IsNull | Like)

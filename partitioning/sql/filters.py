@@ -2,8 +2,9 @@
 
 The AST holds the predicates pruning understands: ``column op literal`` (:class:`Cmp`),
 :class:`In`, :class:`IsNull`, :class:`Like`, the constants TRUE/FALSE/NULL
-(:class:`Const`), NOT, AND, OR, and :class:`Opaque` for anything else (a function, a
-subquery, arithmetic, a nested field). An Opaque leaf means "may be true or false", so
+(:class:`Const`), NOT, AND, OR, a comparison of integer arithmetic (:class:`Computed`,
+:mod:`partitioning.sql.arith`), and :class:`Opaque` for anything else (a function, a
+subquery, other arithmetic, a nested field). An Opaque leaf means "may be true or false", so
 pruning keeps every partition for it; it never makes a query fail.
 
 This module holds the nodes and what is done with a tree (negation normal form, size,
@@ -21,12 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from partitioning.sql.nodes import Binary, Column, Expr, Literal, Unary
 from partitioning.sql.tokens import Dialect
 
 __all__ = [
     "And",
     "Approx",
     "Cmp",
+    "Computed",
     "Const",
     "Dialect",
     "Filter",
@@ -89,6 +92,17 @@ class Cmp:
 
 
 @dataclass(frozen=True)
+class Computed:
+    """``left op right`` where a side is integer arithmetic over columns and literals
+    (:mod:`partitioning.sql.arith`). Pruning reads it as "may match"; rows are evaluated
+    exactly."""
+
+    left: Expr
+    op: str
+    right: Expr
+
+
+@dataclass(frozen=True)
 class In:
     column: str
     values: tuple[Any, ...]
@@ -124,7 +138,7 @@ class Or:
     children: tuple[Filter, ...]
 
 
-Filter: TypeAlias = TrueFilter | Const | Opaque | Approx | Cmp | In | IsNull | Like | Not | And | Or
+Filter: TypeAlias = TrueFilter | Const | Opaque | Approx | Cmp | Computed | In | IsNull | Like | Not | And | Or
 
 
 def conjunction(filters: Sequence[Filter]) -> Filter:
@@ -153,6 +167,8 @@ def negation_normal_form(f: Filter, negate: bool = False) -> Filter:
         return f
     if isinstance(f, Cmp) and f.op in _NEGATE:
         return Cmp(f.column, _NEGATE[f.op], f.value)
+    if isinstance(f, Computed):
+        return Computed(f.left, _NEGATE[f.op], f.right)
     if isinstance(f, TrueFilter):
         return Const(False)
     if isinstance(f, Const):
@@ -181,6 +197,18 @@ def columns_of(f: Filter) -> set[str]:
         return columns_of(f.child)
     if isinstance(f, And | Or):
         return set().union(*(columns_of(c) for c in f.children))
+    if isinstance(f, Computed):
+        return _expr_columns(f.left) | _expr_columns(f.right)
+    return set()
+
+
+def _expr_columns(e: Expr) -> set[str]:
+    if isinstance(e, Column):
+        return {".".join(e.parts)}
+    if isinstance(e, Unary):
+        return _expr_columns(e.arg)
+    if isinstance(e, Binary):
+        return _expr_columns(e.left) | _expr_columns(e.right)
     return set()
 
 
@@ -238,6 +266,8 @@ def to_sql(f: Filter) -> str | None:
         return f"(about {to_sql(f.child)})"
     if isinstance(f, Cmp):
         return f"({_ident(f.column)} {f.op} {sql_literal(f.value)})"
+    if isinstance(f, Computed):
+        return f"({_expr_sql(f.left)} {f.op} {_expr_sql(f.right)})"
     if isinstance(f, In):
         return f"({_ident(f.column)} IN ({', '.join(sql_literal(v) for v in f.values)}))"
     if isinstance(f, IsNull):
@@ -253,3 +283,16 @@ def to_sql(f: Filter) -> str | None:
         return f"(NOT {to_sql(f.child)})"
     joiner = " AND " if isinstance(f, And) else " OR "
     return "(" + joiner.join(str(to_sql(c)) for c in f.children) + ")"
+
+
+def _expr_sql(e: Expr) -> str:
+    """Spark SQL of an arithmetic expression of a :class:`Computed` leaf."""
+    if isinstance(e, Column):
+        return ".".join(_ident(p) for p in e.parts)
+    if isinstance(e, Literal):
+        return str(e.value)
+    if isinstance(e, Unary):
+        return f"(- {_expr_sql(e.arg)})"
+    if isinstance(e, Binary):
+        return f"({_expr_sql(e.left)} {e.op} {_expr_sql(e.right)})"
+    return "?"

@@ -15,7 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from partitioning.sql.filters import And, Cmp, Const, Filter, In, IsNull, Like, Not, Opaque, Or, TrueFilter
+from partitioning.sql.arith import SUFFIXED, computed
+from partitioning.sql.filters import And, Cmp, Computed, Const, Filter, In, IsNull, Like, Not, Opaque, Or, TrueFilter
 from partitioning.sql.parse import (
     Between,
     Binary,
@@ -48,7 +49,8 @@ def parse_filter(text: str | None, dialect: Dialect | None = None, *, strict: bo
     if text is None or not text.strip():
         return TrueFilter()
     try:
-        return from_expression(parse_expression(text, dialect or Dialect()))
+        parsed = from_expression(parse_expression(text, dialect or Dialect()))
+        return _without_computed(parsed) if SUFFIXED.search(text) else parsed
     except SqlSyntaxError:
         if strict:
             raise
@@ -92,7 +94,11 @@ def from_expression(e: Expr) -> Filter:
         name = _column(e.arg)
         (lo_ok, lo), (hi_ok, hi) = _literal(e.low), _literal(e.high)
         if name is None or not (lo_ok and hi_ok):
-            return Opaque("BETWEEN")
+            low, high = computed(Binary(">=", e.arg, e.low)), computed(Binary("<=", e.arg, e.high))
+            if low is None or high is None:
+                return Opaque("BETWEEN")
+            f = And((low, high))
+            return Not(f) if e.negated else f
         f = And((_cmp(name, ">=", lo), _cmp(name, "<=", hi)))
         return Not(f) if e.negated else f
     if isinstance(e, LikeOp):
@@ -136,7 +142,19 @@ def _comparison(e: Binary) -> Filter:
         return Const((lv is None and rv is None) if e.op == "<=>" else None)
     if lok and rok and _same_kind(e.left, e.right):
         return Const(_OPS[e.op](lv, rv))
-    return Opaque(f"comparison {e.op}")
+    return computed(e) or Opaque(f"comparison {e.op}")
+
+
+def _without_computed(f: Filter) -> Filter:
+    """``f`` with arithmetic leaves opaque: a literal with a type suffix (``1L``) was read
+    without its type, which decides where Spark's arithmetic overflows."""
+    if isinstance(f, Computed):
+        return Opaque("arithmetic with a typed literal")
+    if isinstance(f, Not):
+        return Not(_without_computed(f.child))
+    if isinstance(f, And | Or):
+        return type(f)(tuple(_without_computed(c) for c in f.children))
+    return f
 
 
 _FOLDABLE = ("string", "int", "decimal", "bool", "date", "binary", "timestamp", "timestamp_ntz")

@@ -6,12 +6,14 @@ is FALSE select the same rows, so each leaf is evaluated as "is TRUE" (never NUL
 
 - :func:`arrow_predicate` follows Spark exactly: NaN equals NaN and is above every
   number, -0.0 equals 0.0, ``NULL NOT IN (...)`` and ``x NOT IN (..., NULL)`` never
-  match. It refuses :class:`~partitioning.sql.filters.Opaque` and
-  :class:`~partitioning.sql.filters.Approx` parts (one line naming them).
+  match; integer arithmetic has Spark's types and overflow rule. It refuses
+  :class:`~partitioning.sql.filters.Opaque` and :class:`~partitioning.sql.filters.Approx`
+  parts (one line naming them).
 - :func:`lance_filter` renders the parts a Lance scan evaluates the same way (integers,
   strings, dates, timestamps, booleans, decimals, with literals typed like their
   column) and drops the rest from ANDs, so the scan returns a superset of the matching
-  rows. Floats and binary stay out of it.
+  rows. Floats and binary stay out of it, and of integer arithmetic only ``div`` and ``%``
+  by literals (:mod:`partitioning.sql.arith`), which cannot overflow.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import InvalidInput
+from partitioning.sql.arith import arrow_expression, lance_sql
 from partitioning.sql.filters import (
     And,
     Approx,
     Cmp,
+    Computed,
     Const,
     Filter,
     In,
@@ -77,6 +81,8 @@ class _Arrow:
             return _balanced(parts, "and" if isinstance(f, And) else "or")
         if isinstance(f, Not):
             return self._negated(f.child)
+        if isinstance(f, Computed):
+            return pc.coalesce(arrow_expression(f, self.schema), _FALSE)
         return self._leaf(f)
 
     def _field(self, name: str) -> tuple[Any, pa.DataType]:
@@ -243,6 +249,8 @@ class _Lance:
             if any(p is None for p in parts):
                 return None
             return "(" + " OR ".join(str(p) for p in parts) + ")"
+        if isinstance(f, Computed):
+            return lance_sql(f, self.columns)
         return self._leaf(f)
 
     def _name(self, column: str) -> str | None:

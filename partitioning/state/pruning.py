@@ -36,6 +36,7 @@ from partitioning.sql.filters import (
     And,
     Approx,
     Cmp,
+    Computed,
     Const,
     Filter,
     In,
@@ -103,7 +104,7 @@ class _Compiler:
     # -- compile -----------------------------------------------------------------------------
     def compile(self, f: Filter) -> Expr | None:
         """An expression true for partitions that may match, or None for "all may match"."""
-        if isinstance(f, TrueFilter | Opaque):
+        if isinstance(f, TrueFilter | Opaque | Computed):
             return None
         if isinstance(f, Const):
             return None if f.value is True else pc.scalar(False)
