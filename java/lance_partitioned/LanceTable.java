@@ -218,6 +218,19 @@ final class LanceTable
     if (described == null) {
       return false;
     }
+    if (onIdentityOnly(predicates)) {
+      return true;
+    }
+    // rows the Python engine selects exactly as Spark would, in tables of bounded size: it
+    // deletes them itself (Lance scans and deletion vectors, no Spark job)
+    Map<String, Object> args = new HashMap<>();
+    args.put("root", root);
+    args.put("version", described.version);
+    args.put("predicates", Predicates.toJson(predicates).toString());
+    return Bridge.call("exact_delete", args, Bridge.storageOptions(options)).path("exact").asBoolean(false);
+  }
+
+  private boolean onIdentityOnly(Predicate[] predicates) {
     for (Predicate p : predicates) {
       if (!Predicates.exact(p, described.identity)) {
         return false;
@@ -229,7 +242,8 @@ final class LanceTable
   @Override
   public void deleteWhere(Predicate[] predicates) {
     Map<String, String> opts = new HashMap<>(options);
-    opts.put("lp.exact", Predicates.toJson(predicates).toString());
+    String json = Predicates.toJson(predicates).toString();
+    opts.put(onIdentityOnly(predicates) ? "lp.exact" : "lp.rows", json);
     LanceWriteBuilder.commitWithoutRows(this, opts);
   }
 

@@ -14,7 +14,7 @@ it is reached depends on those rewrites (``n * 2 > 3000000000`` is folded to FAL
 never overflow, are taken. A literal with a type suffix (``1L``) is refused: the parser
 keeps its value, not its type.
 
-:func:`arrow_expression` is the Arrow expression (NULL where Spark's comparison is NULL);
+:func:`arrow_operands` gives both sides as Arrow expressions with Spark's values;
 :func:`lance_sql` renders, for a Lance scan, the leaves that cannot overflow (``div`` and
 ``%`` only: DataFusion truncates and takes the dividend's sign as Java does), and nothing
 else.
@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from partitioning.sql.filters import Computed, Filter, Opaque
 from partitioning.sql.nodes import Binary, Column, Expr, Literal, Unary
 
-__all__ = ["SUFFIXED", "arrow_expression", "bind_computed", "computed", "lance_sql"]
+__all__ = ["SUFFIXED", "arrow_operands", "bind_computed", "computed", "lance_sql"]
 
 MAX_NODES = 32
 SUFFIXED = re.compile(r"(?i)\d(?:y|s|l|bd|d|f)\b")
@@ -115,19 +115,12 @@ class _NotIntegers(Exception):
     """A column of the arithmetic is not an integer column."""
 
 
-def arrow_expression(f: Computed, schema: pa.Schema) -> Any:
-    """``f`` as an Arrow expression with Spark's values (NULL where Spark's comparison is)."""
+def arrow_operands(f: Computed, schema: pa.Schema) -> tuple[Any, Any]:
+    """``f``'s two sides as Arrow expressions of one type, with Spark's values (NULL where
+    Spark's are); the caller compares them with ``f.op``."""
     (lt, left), (rt, right) = _arrow(f.left, schema), _arrow(f.right, schema)
     kind = _wider(lt, rt)
-    left, right = _cast(left, lt, kind), _cast(right, rt, kind)
-    return {
-        "=": lambda: left == right,
-        "!=": lambda: left != right,
-        "<": lambda: left < right,
-        "<=": lambda: left <= right,
-        ">": lambda: left > right,
-        ">=": lambda: left >= right,
-    }[f.op]()
+    return _cast(left, lt, kind), _cast(right, rt, kind)
 
 
 def _arrow(e: Expr, schema: pa.Schema) -> tuple[pa.DataType, Any]:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import InvalidInput
-from partitioning.sql.arith import arrow_expression, lance_sql
+from partitioning.sql.arith import arrow_operands, lance_sql
 from partitioning.sql.filters import (
     And,
     Approx,
@@ -82,7 +82,8 @@ class _Arrow:
         if isinstance(f, Not):
             return self._negated(f.child)
         if isinstance(f, Computed):
-            return pc.coalesce(arrow_expression(f, self.schema), _FALSE)
+            left, right = arrow_operands(f, self.schema)
+            return pc.coalesce(_compare(left, f.op, right), _FALSE)
         return self._leaf(f)
 
     def _field(self, name: str) -> tuple[Any, pa.DataType]:

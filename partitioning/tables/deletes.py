@@ -17,7 +17,7 @@ import pyarrow as pa
 from partitioning.errors import ConcurrentModification, CorruptNamespace, InvalidInput, translate_lance_errors
 from partitioning.namespace import PartitionedNamespace, PartitionTable, TableCommit
 from partitioning.sql.engine import matching_rows
-from partitioning.sql.filters import Dialect, TrueFilter
+from partitioning.sql.filters import Dialect, Filter, TrueFilter, to_sql
 from partitioning.sql.from_sql import parse_filter, referenced_columns
 from partitioning.state.scan import ScanTask
 from partitioning.storage.alignment import dataset_columns, reconcile
@@ -142,10 +142,12 @@ def _rows_of(tables: Sequence[PartitionTable], ns: PartitionedNamespace) -> int:
 
 
 def rows_to_delete_datafusion(
-    ns: PartitionedNamespace, tasks: Sequence[ScanTask], filter_sql: str
+    ns: PartitionedNamespace, tasks: Sequence[ScanTask], filter_sql: str | Filter
 ) -> dict[str, list[int]]:
     """Row addresses per table that ``filter_sql`` (DataFusion SQL) selects, read with the
     namespace's reconciliation (renamed columns by id, missing ones as NULL)."""
+    if not isinstance(filter_sql, str):
+        raise InvalidInput("delete_rows of a bound filter needs a row finder")
     needed = referenced_columns(filter_sql, ns.namespace_schema.arrow.names, False, Dialect.datafusion())
     return rows_matching(ns, tasks, needed, lambda view: matching_rows(view, filter_sql))
 
@@ -171,12 +173,12 @@ def rows_matching(
     return out
 
 
-RowFinder = Callable[[PartitionedNamespace, Sequence[ScanTask], str], Mapping[str, Sequence[int]]]
+RowFinder = Callable[[PartitionedNamespace, Sequence[ScanTask], str | Filter], Mapping[str, Sequence[int]]]
 
 
 def delete_rows(
     root: str | PartitionedNamespace,
-    filter: str,
+    filter: str | Filter,
     *,
     find_rows: RowFinder | None = None,
     dialect: Dialect | None = None,
@@ -188,12 +190,14 @@ def delete_rows(
     :mod:`pipelines.maintenance.operations`); without it the filter is DataFusion SQL applied in
     this process (zone-less timestamps are UTC, as in a Lance scan). Each table that
     loses rows gets a new version (its schema first brought up to the namespace schema,
-    metadata-only), then ONE ``__manifest`` commit moves them all.
+    metadata-only), then ONE ``__manifest`` commit moves them all. ``filter`` may be a filter
+    bound already (``find_rows`` then gets it as it is).
     """
     started = time.monotonic()
     ns = as_namespace(root, storage_options)
     d = dialect or Dialect.datafusion()
-    if isinstance(parse_filter(filter, d, strict=False), TrueFilter):
+    parsed = parse_filter(filter, d, strict=False) if isinstance(filter, str) else filter
+    if isinstance(parsed, TrueFilter):
         raise InvalidInput("delete_rows needs a filter; to remove everything, overwrite the namespace")
     finder = find_rows or rows_to_delete_datafusion
     with guarded(ns.root, ns.storage_options) as guard:
@@ -201,12 +205,13 @@ def delete_rows(
 
 
 def _delete(
-    ns: PartitionedNamespace, filter: str, d: Dialect, finder: RowFinder, guard: Guard, started: float
+    ns: PartitionedNamespace, filter: str | Filter, d: Dialect, finder: RowFinder, guard: Guard, started: float
 ) -> MaintenanceReport:
     """Find the rows, then commit; a lost ``__manifest`` race is rebased when the commits that
     won only added rows the filter does not select (:mod:`partitioning.tables.rebase`), else the
     rows are found again."""
-    touches = Touches.of_sql(filter, d, ns.namespace_schema.arrow)
+    schema = ns.namespace_schema.arrow
+    touches = Touches.of_sql(filter, d, schema) if isinstance(filter, str) else Touches.of_filter(filter, schema)
     read: dict[str, int] = {}
     found: dict[str, list[int]] | None = None
     for _ in range(DML_COMMIT_ATTEMPTS):
@@ -223,7 +228,8 @@ def _delete(
         rows = sum(len(a) for a in found.values())
         if not found:
             return MaintenanceReport("delete_rows", ns.root, ns.manifest_version)
-        deleted = Operation("DELETE", {"filter": filter}, {"rows_removed": rows, "partitions_touched": len(found)})
+        text = filter if isinstance(filter, str) else str(to_sql(filter))
+        deleted = Operation("DELETE", {"filter": text}, {"rows_removed": rows, "partitions_touched": len(found)})
         versions = _delete_addresses(ns, [tables[oid] for oid in found], found)
         commits = [
             TableCommit(tables[oid].spec_id, tables[oid].values, tables[oid].location, version, oid)

@@ -3,7 +3,8 @@
 ``source`` is the ``lance_partitioned_py`` data source the JVM calls; ``catalog`` answers the
 ``TableCatalog``, ``alter`` its ``ALTER TABLE``, ``stage`` its staged creates and replaces
 (``CREATE TABLE ... AS SELECT``, ``REPLACE TABLE``); ``write`` runs the writes and SQL DML
-the JVM plans; ``drop`` the metadata-only deletes.
+the JVM plans; ``drop`` the metadata-only deletes; ``delete_rows`` the deletes of rows it
+finds exactly, with no Spark job.
 
 May import: source, read, columns, the session modules, :mod:`partitioning`. Imported by
 nothing in Python: the JVM layer reaches it through the registered data source.

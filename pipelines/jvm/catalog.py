@@ -39,6 +39,7 @@ from partitioning.storage.unborn import purge_namespace, remove_manifest, table_
 from pipelines.columns.schema import namespace_schema_from_spark, spark_schema
 from pipelines.columns.spec_transforms import describe_partitioning, partition_spec
 from pipelines.jvm.alter import alter_table
+from pipelines.jvm.delete_rows import exact_delete
 from pipelines.jvm.metadata import metadata_table, partition_values
 from pipelines.jvm.stage import plan_staged
 from pipelines.shared_roots import is_relative_path
@@ -67,6 +68,7 @@ def call_catalog(call: str, args: Mapping[str, Any], storage_options: Options) -
         "metadata_table": lambda a, o: metadata_table(root_of(a), a, o),
         "partition_values": lambda a, o: partition_values(root_of(a), a, o),
         "write_id_version": write_id_version,
+        "exact_delete": exact_delete,
     }
     handler = handlers.get(call)
     if handler is None:

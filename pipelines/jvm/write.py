@@ -18,7 +18,8 @@
 - ``stage``: the rows of a staged ``CREATE TABLE ... AS SELECT`` / ``REPLACE TABLE``
   (:mod:`pipelines.jvm.stage`).
 - ``delete_tables``: a metadata-only ``DELETE`` (whole partitions by an identity-column
-  condition) or ``TRUNCATE``: no rows, ONE commit removing the tables (``lp.exact``).
+  condition) or ``TRUNCATE``: no rows, ONE commit removing the tables (``lp.exact``); or a
+  ``DELETE`` whose rows this process finds exactly (``lp.rows``, :mod:`pipelines.jvm.delete_rows`).
 """
 
 from __future__ import annotations
@@ -342,6 +343,11 @@ class DeleteTablesWriter(DataSourceWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with reported_errors(f"delete from {self.options.get('path')}"):
+            if self.options.get("lp.rows"):
+                from pipelines.jvm.delete_rows import delete_matching_rows
+
+                delete_matching_rows(self.options["path"], self.options["lp.rows"], storage_options_from(self.options))
+                return
             drop_matching(
                 self.options["path"],
                 self.options.get("lp.exact"),
