@@ -75,7 +75,9 @@ run(
     "MERGE INTO rr.db.t t USING (SELECT id, CAST(id % 4 AS INT) AS p, 7 AS v FROM range(40, 60)) s "
     "ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *",
 )
-run("spent", list(range(90, 99)), "DELETE FROM rr.db.t WHERE id >= 90")
+# a function keeps the DELETE on Spark's row-level path (a plain condition is deleted by the
+# Python engine, which finds the rows again on the new version: pipelines.jvm.delete_rows)
+run("spent", list(range(90, 99)), "DELETE FROM rr.db.t WHERE abs(id) >= 90")
 run("parameters", [60], "UPDATE rr.db.t SET v = v + :d WHERE id >= 60 AND id < 70", d=5)
 out.write_text(json.dumps(results))
 """
