@@ -150,8 +150,7 @@ def _arrow_kind(kind: pa.DataType) -> T.DataType | None:
     return None
 
 
-def _checked(path: str, wanted: dict[str, T.DataType]) -> pq.ParquetFile:
-    file = pq.ParquetFile(path)
+def _checked(file: pq.ParquetFile, wanted: dict[str, T.DataType]) -> pq.ParquetFile:
     schema = file.schema_arrow
     lowered = [n.lower() for n in schema.names]
     for name, kind in wanted.items():
@@ -178,7 +177,25 @@ def _read(
     wanted = {source: fields[name].dataType for name, source in columns.items()}
     target = _arrow_schema(df)
     with ThreadPoolExecutor(max_workers=min(4, len(paths))) as pool:
-        files = list(pool.map(lambda p: _checked(p, wanted), paths))
+        opening = [pool.submit(pq.ParquetFile, p) for p in paths]
+    opened = [f.result() for f in opening if f.exception() is None]
+    try:
+        files = [_checked(f.result(), wanted) for f in opening]  # the first file that failed to open raises
+        return _read_files(df, files, columns, literals, target, max_bytes, max_rows)
+    finally:
+        for file in opened:
+            file.close()
+
+
+def _read_files(
+    df: DataFrame,
+    files: Sequence[pq.ParquetFile],
+    columns: dict[str, str],
+    literals: dict[str, Any],
+    target: pa.Schema,
+    max_bytes: int,
+    max_rows: int | None,
+) -> pa.Table | None:
     sources = sorted(set(columns.values()))
     if max_rows is not None and sum(f.metadata.num_rows for f in files) > max_rows:
         return None
