@@ -17,7 +17,6 @@ delete, as before.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from partitioning.errors import InvalidInput, PartitioningError
@@ -27,11 +26,10 @@ from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood
 from partitioning.sql.predicates import predicates_from_json
 from partitioning.sql.rowfilter import arrow_predicate
-from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
 from partitioning.tables.deletes import delete_rows
 from partitioning.tables.rewrites import addresses_of
-from pipelines.read.local import OPENERS, matching_table, within
+from pipelines.read.local import matching_table, opened_tables, within
 
 __all__ = ["MAX_ROWS", "delete_matching_rows", "exact_delete"]
 
@@ -71,12 +69,7 @@ def _exact_delete(args: Mapping[str, Any], storage_options: Mapping[str, str]) -
     if any(t.read_version is None or t.read_branch is not None or t.read_tag is not None for t in tasks):
         return {"exact": False, "why": "a table is read from a branch or tag"}
 
-    def opened(t: ScanTask) -> Any:
-        return open_partition_table(t.uri, t.read_version, None, None, ns.storage_options)
-
-    with ThreadPoolExecutor(max_workers=OPENERS) as pool:
-        tables = list(pool.map(opened, tasks))
-    if not within(tables, MAX_ROWS, 1 << 62):
+    if not within(opened_tables(ns, [TableSlice.of(t) for t in tasks]), MAX_ROWS, 1 << 62):
         return {"exact": False, "why": f"the tables it may touch hold more than {MAX_ROWS} rows"}
     return {"exact": True}
 

@@ -89,15 +89,7 @@ def local_table(
     if len(pieces) > max_tables or any(p.read_version is None for p in pieces):
         return None
     try:
-        with ThreadPoolExecutor(max_workers=OPENERS) as pool:
-            datasets = list(
-                pool.map(
-                    lambda p: open_partition_table(
-                        p.uri, p.read_version, p.read_branch, p.read_tag, ns.storage_options
-                    ),
-                    pieces,
-                )
-            )
+        datasets = opened_tables(ns, pieces)
         if not within(datasets, max_rows, max_bytes):
             return None
         batches = [
@@ -180,6 +172,17 @@ def _as_table(
         shaped = shaped.append(pa.field(ROW_ADDRESS, pa.int64(), nullable=False))
     # one (empty) batch at least: Spark's Arrow conversion cannot build a column from none
     return pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=shaped)], schema=shaped)
+
+
+def opened_tables(ns: PartitionedNamespace, pieces: Sequence[TableSlice]) -> list[lance.LanceDataset]:
+    """``pieces``' tables opened at their versions, :data:`OPENERS` at a time, in order."""
+    with ThreadPoolExecutor(max_workers=OPENERS) as pool:
+        return list(
+            pool.map(
+                lambda p: open_partition_table(p.uri, p.read_version, p.read_branch, p.read_tag, ns.storage_options),
+                pieces,
+            )
+        )
 
 
 def within(datasets: Sequence[lance.LanceDataset], max_rows: int, max_bytes: int) -> bool:

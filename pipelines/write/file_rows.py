@@ -118,7 +118,7 @@ def _literal(lit: Any, kind: T.DataType) -> Any:
     value = lit.value()
     if value is None or isinstance(value, bool | int | float):
         return value
-    if isinstance(kind, T.StringType) and kind == T.StringType():
+    if kind == T.StringType():  # not a collated string
         return str(value.toString())
     raise _Refused()
 

@@ -37,8 +37,7 @@ from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.state.partition_tables import open_partition_table
-from pipelines.read.local import OPENERS
+from pipelines.read.local import OPENERS, opened_tables
 from pipelines.session import is_connect
 from pipelines.spark_errors import spark_errors
 from pipelines.write.file_rows import file_rows
@@ -182,14 +181,8 @@ def _opened(ns: PartitionedNamespace, pieces: Sequence[TableSlice]) -> dict[str,
     :data:`PROBE_MAX_ROWS` rows (their fragment metadata: Spark's tasks then read the keys, on
     as many executors as there are) or one cannot be opened here."""
 
-    def one(piece: TableSlice) -> lance.LanceDataset:
-        return open_partition_table(
-            piece.uri, piece.read_version, piece.read_branch, piece.read_tag, ns.storage_options
-        )
-
     try:
-        with ThreadPoolExecutor(max_workers=OPENERS) as pool:
-            datasets = list(pool.map(one, pieces))
+        datasets = opened_tables(ns, pieces)
     except PartitioningError as exc:
         log.debug("opening the tables of %s in the driver failed (%s)", ns.root, first_line(exc))
         return None
