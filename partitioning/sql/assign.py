@@ -37,7 +37,7 @@ from partitioning.sql.nodes import Binary, Column, Expr, Literal, Unary
 from partitioning.sql.parse import parse_expression
 from partitioning.sql.tokens import Dialect, SqlSyntaxError
 
-__all__ = ["NotExact", "assigned", "assignments"]
+__all__ = ["NotExact", "assigned", "assignments", "lance_assignments"]
 
 MAX_NODES = 64
 _SUFFIXED = re.compile(r"(?i)\d(?:y|s|l|bd|d|f)\b")
@@ -89,6 +89,132 @@ def assignments(
         return new
 
     return apply
+
+
+def lance_assignments(
+    set: Mapping[str, str], schema: pa.Schema, dialect: Dialect, columns: Mapping[str, str]
+) -> dict[str, str] | None:
+    """The DataFusion SQL of each ``set`` expression for Lance's own ``update`` on one
+    partition table (``columns``: namespace column -> the table's column), when DataFusion
+    computes exactly Spark's value; else None.
+
+    A narrower grammar than :func:`assignments`: DataFusion wraps an integer overflow where
+    Spark's ANSI mode raises, so integer arithmetic is refused. Kept: literals and columns
+    stored in their own type (an integer literal in range of an integer column, any number
+    literal in a DOUBLE column, NULL in a nullable column), ``+ - *`` and unary ``-`` in
+    DOUBLE (IEEE, the other operand an integer column or a number literal made DOUBLE first,
+    as Spark does), ``||`` of strings (NULL when either side is)."""
+    if dialect.name != "spark":
+        return None
+    renderer = _LanceRenderer(schema, dialect, columns)
+    out: dict[str, str] = {}
+    try:
+        for name, text in set.items():
+            if _SUFFIXED.search(text) or name not in columns:
+                return None
+            out[columns[name]] = renderer.stored(parse_expression(text, dialect), schema.field(name))
+    except (_Refused, SqlSyntaxError, KeyError):
+        return None
+    return out
+
+
+class _LanceRenderer:
+    def __init__(self, schema: pa.Schema, dialect: Dialect, columns: Mapping[str, str]) -> None:
+        self.schema, self.columns = schema, columns
+        self.compiler = _Compiler(schema, dialect, qualified=False)
+
+    def stored(self, expr: Expr, field: pa.Field) -> str:
+        target = field.type
+        if isinstance(expr, Literal) and expr.kind == "null":
+            if not field.nullable:
+                raise _Refused
+            return f"CAST(NULL AS {_sql_type(target)})"
+        if isinstance(expr, Literal) and expr.kind == "int" and target in _INTS:
+            bits = 8 * target.byte_width
+            if not -(2 ** (bits - 1)) <= expr.value < 2 ** (bits - 1):
+                raise _Refused
+            return f"CAST({expr.value} AS {_sql_type(target)})"
+        kind, sql = self.render(expr, 0)
+        if kind == target or (kind is _DECIMAL_LITERAL and target == pa.float64()):
+            return sql
+        if kind in _INTS and target == pa.float64() and isinstance(expr, Literal):
+            return _double(float(expr.value))
+        if kind == pa.string() and pa.types.is_large_string(target):
+            return sql
+        raise _Refused
+
+    def render(self, expr: Expr, depth: int) -> tuple[Any, str]:
+        if depth > MAX_NODES:
+            raise _Refused
+        if isinstance(expr, Column):
+            name = self.compiler._column(expr)
+            kind = self.schema.field(name).type
+            if name not in self.columns or not (kind in _INTS or kind in (pa.float64(), pa.string(), pa.bool_())):
+                raise _Refused
+            return kind, "`" + self.columns[name].replace("`", "``") + "`"
+        if isinstance(expr, Literal):
+            return self._literal(expr)
+        if isinstance(expr, Unary) and expr.op == "-":
+            kind, sql = self.render(expr.arg, depth + 1)
+            if kind != pa.float64():
+                raise _Refused
+            return kind, f"(- {sql})"
+        if isinstance(expr, Binary) and expr.op in _DOUBLE_ARITHMETIC:
+            (lk, ls), (rk, rs) = self.render(expr.left, depth + 1), self.render(expr.right, depth + 1)
+            if pa.float64() not in (lk, rk) or not all(
+                k == pa.float64() or k in _INTS or k is _DECIMAL_LITERAL for k in (lk, rk)
+            ):
+                raise _Refused
+            return pa.float64(), f"({_as_double(lk, ls)} {expr.op} {_as_double(rk, rs)})"
+        if isinstance(expr, Binary) and expr.op == "||":
+            (lk, ls), (rk, rs) = self.render(expr.left, depth + 1), self.render(expr.right, depth + 1)
+            if lk != pa.string() or rk != pa.string():
+                raise _Refused
+            return pa.string(), f"({ls} || {rs})"
+        raise _Refused
+
+    @staticmethod
+    def _literal(expr: Literal) -> tuple[Any, str]:
+        kind, value = _literal(expr)
+        if kind is None:
+            raise _Refused  # an untyped NULL inside an expression
+        scalar = value(pa.table({}))
+        if kind == pa.string():
+            text = scalar.as_py()
+            if "\x00" in text:
+                raise _Refused
+            return kind, "'" + text.replace("'", "''") + "'"
+        if kind == pa.bool_():
+            return kind, "TRUE" if scalar.as_py() else "FALSE"
+        if kind in _INTS:
+            return kind, f"CAST({scalar.as_py()} AS {_sql_type(kind)})"
+        return kind, _double(scalar.as_py())  # a double, or a decimal as its double (Spark's cast)
+
+
+_SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT"}
+
+
+def _sql_type(kind: pa.DataType) -> str:
+    if kind in _SQL_TYPES:
+        return _SQL_TYPES[kind]
+    if kind == pa.float64():
+        return "DOUBLE"
+    if kind == pa.bool_():
+        return "BOOLEAN"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "STRING"
+    raise _Refused
+
+
+def _double(value: float) -> str:
+    """A DOUBLE literal DataFusion reads as exactly ``value`` (parsed from its shortest repr)."""
+    if not math.isfinite(value):
+        raise _Refused
+    return f"CAST('{value!r}' AS DOUBLE)"
+
+
+def _as_double(kind: Any, sql: str) -> str:
+    return sql if kind == pa.float64() or kind is _DECIMAL_LITERAL else f"CAST({sql} AS DOUBLE)"
 
 
 def assigned(rows: pa.Table, new: Mapping[str, Any]) -> pa.Table:

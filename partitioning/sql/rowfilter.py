@@ -46,7 +46,7 @@ from partitioning.sql.filters import (
     to_sql,
 )
 
-__all__ = ["arrow_predicate", "lance_filter"]
+__all__ = ["arrow_predicate", "exact_lance_filter", "lance_filter"]
 
 _FALSE = pc.scalar(False)
 _TRUE = pc.scalar(True)
@@ -230,6 +230,14 @@ def lance_filter(f: Filter, schema: pa.Schema, columns: dict[str, str] | None = 
     return _Lance(schema, columns).render(f)
 
 
+def exact_lance_filter(f: Filter, schema: pa.Schema, columns: dict[str, str] | None = None) -> str | None:
+    """A Lance (DataFusion SQL) filter true for exactly the rows ``f`` selects (``TRUE`` for
+    every row), or None when a part of ``f`` is not one Lance evaluates as Spark does."""
+    if size_of(f) > MAX_NODES:
+        return None
+    return _ExactLance(schema, columns).render(f)
+
+
 class _Lance:
     def __init__(self, schema: pa.Schema, columns: dict[str, str] | None) -> None:
         self.schema = schema
@@ -323,3 +331,26 @@ class _Lance:
                 return None
             return f"({name} LIKE {lit[:-1]}%')"
         return None
+
+
+class _ExactLance(_Lance):
+    """:class:`_Lance` where a part it cannot render is a refusal, not a dropped conjunct.
+    Its leaves are exact already (a comparison of a non-float column with a literal of the
+    column's type, IS NULL, IN, a prefix LIKE, integer ``div``/``%`` by literals:
+    DataFusion's three-valued logic is Spark's)."""
+
+    def render(self, f: Filter) -> str | None:
+        if isinstance(f, TrueFilter):
+            return "TRUE"
+        if isinstance(f, Const):
+            return "TRUE" if f.value is True else "FALSE"
+        if isinstance(f, And | Or):
+            parts = [self.render(c) for c in f.children]
+            if any(p is None for p in parts):
+                return None
+            return "(" + (" AND " if isinstance(f, And) else " OR ").join(str(p) for p in parts) + ")"
+        if isinstance(f, Approx):
+            return None
+        if isinstance(f, Computed):  # rendered only when no step can overflow: then exact
+            return lance_sql(f, self.columns)
+        return self._leaf(f)

@@ -171,7 +171,7 @@ def delete_rows(
             raise InvalidInput(f"delete_rows cannot run on a namespace with a column named {sorted(clash)[0]!r}")
         wanted = {t.object_id for t in tasks}
         read = {t.object_id: t.read_version or 0 for t in tasks}
-        exact = exact_rows(session, ns, read, filter_sql)
+        exact = exact_rows(session, ns, read, filter_sql, columns=())  # the addresses only
         if exact is not None:  # selected here exactly as Spark would: no Spark job
             found = addresses_of(exact, ROW_TABLE, ROW_ADDRESS)
             return {table: found[table] for table in found if table in wanted}

@@ -29,17 +29,20 @@ from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.sql.assign import NotExact, assigned, assignments
+from partitioning.sql.filters import Filter, TrueFilter
 from partitioning.sql.tokens import Dialect
 from partitioning.storage.history import Operation
+from partitioning.tables.lance_updates import update_in_lance
 from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, addresses_of, commit_rewrite
 from pipelines.read_options import session_dialect
+from pipelines.session import is_connect
 from pipelines.session_calls import describe_jobs
 from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import spark_errors
 from pipelines.tasks import session_or_active
 from pipelines.write.fragments import conform_dataframe, write_fragments, write_rows
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
-from pipelines.write.small import exact_rows, small_target
+from pipelines.write.small import exact_rows, pushed_filter, small_target
 from pipelines.write.targets import addresses, target_rows
 
 __all__ = ["replace_where", "update_rows"]
@@ -132,6 +135,44 @@ def _update_in_arrow(
         log.debug("update of %s: Spark computes the new values (%s)", ns.root, first_line(exc))
         return None
     return rows.select([ROW_TABLE, ROW_ADDRESS]), new.select(schema.names)
+
+
+def _update_with_lance(
+    session: SparkSession,
+    ns: PartitionedNamespace,
+    set: Mapping[str, str],
+    where: str | None,
+    dialect: Dialect,
+    read: Mapping[str, int],
+    read_set: ReadSet,
+    run: Round,
+    parameters: Mapping[str, str],
+    started: float,
+) -> RewriteResult | None:
+    """The update run by Lance's own ``update`` on each table it can touch
+    (:func:`partitioning.tables.lance_updates.update_in_lance`), when the driver binds
+    ``where`` exactly as Spark does; else None."""
+    if is_connect(session):
+        return None
+    if where:
+        pushed = pushed_filter(session, ns, where)
+        if pushed is None or pushed[1] is None:
+            return None
+        condition: Filter = pushed[1]
+    else:
+        condition = TrueFilter()
+    return update_in_lance(
+        ns,
+        read,
+        set=set,
+        where=condition,
+        dialect=dialect,
+        read_set=read_set,
+        operation=Operation("UPDATE", dict(parameters)),
+        started=started,
+        guard=run.guard,
+        intent=run.intent,
+    )
 
 
 def replace_where(
@@ -228,6 +269,10 @@ def update_rows(
         commit = partial(
             commit_changes, session, ns, read_set=read_set, read=read, mode="update", started=started, run=run
         )
+        if run.number == 1:  # a later round rebases onto the versions a lost round's updates left
+            in_lance = _update_with_lance(session, ns, set, where, dialect, read, read_set, run, parameters, started)
+            if in_lance is not None:
+                return in_lance
         done = _update_in_arrow(session, ns, set, where, dialect, read)
         if done is not None:
             gone, collected = done

@@ -36,7 +36,7 @@ from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import TableSlice
 from partitioning.sql.binding import bind
-from partitioning.sql.filters import Filter, TrueFilter, is_exactly_understood
+from partitioning.sql.filters import Filter, TrueFilter, columns_of, is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from partitioning.sql.rowfilter import arrow_predicate, lance_filter
 from pipelines.read.local import local_table, matching_table
@@ -189,22 +189,29 @@ def _pieces(session: SparkSession, ns: PartitionedNamespace, read: Mapping[str, 
 
 
 def exact_rows(
-    session: SparkSession, ns: PartitionedNamespace, read: Mapping[str, int], filter: str | None
+    session: SparkSession,
+    ns: PartitionedNamespace,
+    read: Mapping[str, int],
+    filter: str | None,
+    *,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table | None:
     """Exactly the rows of the tables in ``read`` that ``filter`` (Spark SQL; None: every row)
-    selects, with ``_lance_table`` and ``_lance_rowaddr``, read here, when this process
-    evaluates ``filter`` as Spark does (:func:`pushed_filter`) and they are within the bounds
-    of :func:`small_target`; else None."""
+    selects, ``columns`` of them (default: all; none: the narrowest read) with ``_lance_table`` and ``_lance_rowaddr``,
+    read here, when this process evaluates ``filter`` as Spark does (:func:`pushed_filter`)
+    and they are within the bounds of :func:`small_target`; else None."""
     pieces = _pieces(session, ns, read)
     if pieces is None:
         return None
-    output = list(ns.schema.names)
+    output = list(ns.schema.names) if columns is None else list(columns)
     if filter is None:
         bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
         return local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
     pushed = pushed_filter(session, ns, filter)
     if pushed is None or pushed[1] is None:
         return None
+    if not output:  # one column besides the addresses (a table of none loses its row count)
+        output = sorted(columns_of(pushed[1]))[:1] or list(ns.schema.names[:1])
     bounds = (MATCHING_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
     return matching_table(ns, pieces, output, pushed[0], exact=pushed[1], bounds=bounds)
 
