@@ -250,3 +250,22 @@ def test_a_copy_of_a_namespace_is_updated_by_lance_only_at_its_own_versions(
     assert not any(TAKEN in r.getMessage() for r in caplog.records)
     stored = {r["id"]: r["s"] for r in oracle.stored_rows(root, "p")}
     assert stored[0] == "z"
+
+
+def test_only_the_tables_holding_a_matching_row_get_a_version(spark: SparkSession, tmp_path: Any, caplog: Any) -> None:
+    """Lance commits a version even when no row matches: each table is probed first, so a
+    point update changes one table, and one matching nothing changes none (no version left
+    behind that ``__manifest`` does not record)."""
+    root = str(tmp_path / "ns")
+    _namespace(root)
+    before = {t.object_id: t.read_version for t in PartitionedNamespace.load(root).partitions()}
+    for where, touched in (("id = 7", 1), ("id = 123456", 0)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="lance_partitioned"):
+            result = update_rows(root, set={"s": "'z'"}, where=where, spark=spark)
+        assert any(TAKEN in r.getMessage() for r in caplog.records)
+        assert (result.partitions_touched, result.rows_updated) == (touched, touched)
+    tables = PartitionedNamespace.load(root).partitions()
+    assert sum(before[t.object_id] != t.read_version for t in tables) == 1
+    assert all(lance.dataset(t.uri).version == t.read_version for t in tables)
+    assert {r["id"]: r["s"] for r in oracle.stored_rows(root, "p")}[7] == "z"

@@ -5,8 +5,10 @@ When the condition and every new value are ones DataFusion evaluates exactly as 
 :func:`partitioning.sql.assign.lance_assignments`) and no row can change partition,
 :func:`update_in_lance` calls ``LanceDataset.update`` on each table the condition can touch,
 from :data:`~partitioning.tables.write.PARALLEL_COMMITS` threads: Lance scans, computes and
-writes the rows and commits one version per table. Nothing is visible until the
-``__manifest`` commit that points at those versions (the protocol every writer follows).
+writes the rows and commits one version per table. A table is first probed for one
+matching row (a scan that stops at the first), since Lance commits a version even when no
+row matches. Nothing is visible until the ``__manifest`` commit that points at those
+versions (the protocol every writer follows).
 
 Each table is updated at the version the operation read, with no retry of Lance's own: a
 version that is not exactly the next one (another client committed in between, and Lance
@@ -24,6 +26,8 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import lance
 
 from partitioning.errors import ConcurrentModification, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace, TableCommit
@@ -45,7 +49,7 @@ log = logging.getLogger("lance_partitioned")
 
 
 @dataclass(frozen=True)
-class _Updated:
+class _Changed:
     object_id: str
     version: int
     rows: int
@@ -80,28 +84,78 @@ def update_in_lance(
     Raises :class:`ReadSetChanged` when an updated table or the read set changed before
     the commit (the caller runs the operation again)."""
     reason = _refusal(ns, set)
-    tables = ns.tables_by_id(read)
-    if reason is None and len(tables) != len(read):
-        reason = "a partition table it read is gone"
     if reason is not None:
         log.info("lance_partitioned: update of %s: not Lance's update (%s)", ns.root, reason)
         return None
-    schema = ns.namespace_schema
-    arrow = schema.arrow
+    changed = _run(ns, read, set, where, dialect)
+    if changed is None:
+        return None
+    rows = sum(u.rows for u in changed)
+    version, attempt = _commit(
+        ns, read, changed, read_set, _metrics(operation, changed, started), guard, intent, max_attempts
+    )
+    return RewriteResult(
+        root=ns.root,
+        mode="update",
+        manifest_version=version,
+        rows_written=rows,
+        partitions_touched=len(changed),
+        partitions_created=0,
+        fragments_written=sum(u.fragments for u in changed),
+        attempts=attempt,
+        rows_deleted=rows,
+        rows_updated=rows,
+        rows_inserted=0,
+    )
 
-    def run(object_id: str) -> _Updated:
-        table = tables[object_id]
+
+@dataclass(frozen=True)
+class _Planned:
+    object_id: str
+    dataset: lance.LanceDataset
+    condition: str
+    values: dict[str, str]
+
+
+def _run(
+    ns: PartitionedNamespace, read: Mapping[str, int], set: Mapping[str, str], where: Filter, dialect: Dialect
+) -> list[_Changed] | None:
+    """Lance's update on each table of ``read`` (at the version read) holding a row ``where``
+    selects, from threads: the tables that changed; None when one declines. Every table is
+    first opened, its filter and values rendered and probed for one matching row, so a
+    decline comes before any update, and a table with no matching row gets no version
+    (Lance's update would commit one anyway)."""
+    tables = ns.tables_by_id(read)
+    schema = ns.namespace_schema
+
+    def plan(object_id: str) -> _Planned | None:
+        table = tables.get(object_id)
+        if table is None:
+            raise _Declined(f"partition table {object_id} is gone")
         if table.read_branch is not None or table.read_tag is not None or table.read_version != read[object_id]:
             raise _Declined(f"table {object_id} is not read at a plain version of its own")
         dataset = ns.open_table(table)
         mapping = dataset_columns(dataset.schema, schema)
-        condition = exact_lance_filter(where, arrow, mapping)
-        values = lance_assignments(set, arrow, dialect, mapping)
+        condition = exact_lance_filter(where, schema.arrow, mapping)
+        values = lance_assignments(set, schema.arrow, dialect, mapping)
         if condition is None or values is None:
             raise _Declined(f"table {object_id}: DataFusion would not evaluate it as Spark does")
-        before = {f.fragment_id for f in dataset.get_fragments()}
         try:
-            done = dataset.update(values, where=None if condition == "TRUE" else condition, conflict_retries=0)
+            probe = dataset.scanner(
+                columns=[], filter=None if condition == "TRUE" else condition, limit=1, with_row_address=True
+            )
+            if probe.to_table().num_rows == 0:
+                return None
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise _Declined(f"table {object_id}: {first_line(exc)}") from exc
+        return _Planned(object_id, dataset, condition, values)
+
+    def update(planned: _Planned) -> _Changed:
+        dataset, object_id = planned.dataset, planned.object_id
+        before = {f.fragment_id for f in dataset.get_fragments()}
+        where = None if planned.condition == "TRUE" else planned.condition
+        try:
+            done = dataset.update(planned.values, where=where, conflict_retries=0)
         except (OSError, RuntimeError, ValueError) as exc:
             raise _Declined(f"table {object_id}: {first_line(exc)}") from exc
         if dataset.version != read[object_id] + 1:
@@ -109,21 +163,38 @@ def update_in_lance(
         new = [frag for frag in dataset.get_fragments() if frag.fragment_id not in before]
         files = [f for frag in new for f in frag.metadata.files]
         size = sum(int(f.file_size_bytes or 0) for f in files)
-        return _Updated(object_id, dataset.version, int(done["num_rows_updated"]), len(new), len(files), size)
+        return _Changed(object_id, dataset.version, int(done["num_rows_updated"]), len(new), len(files), size)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(read)))) as pool:
-            updated = list(pool.map(run, sorted(read)))
+            planned = [p for p in pool.map(plan, sorted(read)) if p is not None]
+            return list(pool.map(update, planned))
     except _Declined as exc:
         log.info("lance_partitioned: update of %s: not Lance's update (%s)", ns.root, exc)
         return None
-    return _commit(ns, read, updated, schema.to_json(), read_set, operation, started, guard, intent, max_attempts)
+
+
+def _metrics(operation: Operation, changed: list[_Changed], started: float | None) -> Operation:
+    rows = sum(u.rows for u in changed)
+    recorded = operation.with_metrics(
+        rows_added=rows,
+        rows_removed=rows,
+        rows_updated=rows,
+        bytes_added=sum(u.bytes for u in changed),
+        files_added=sum(u.files for u in changed),
+        partitions_touched=len(changed),
+        partitions_created=0,
+    )
+    return recorded.timed(started) if started is not None else recorded
 
 
 def _refusal(ns: PartitionedNamespace, set: Mapping[str, str]) -> str | None:
     """Why Lance's update cannot run ``set`` on ``ns`` whatever the tables hold, or None."""
     fields = [
-        ns.namespace_schema.field_by_id(i) for spec in ns.specs.values() for f in spec.fields for i in f.source_ids
+        ns.namespace_schema.top_level_field_by_id(i)
+        for spec in ns.specs.values()
+        for f in spec.fields
+        for i in f.source_ids
     ]
     sources = {f.name for f in fields if f is not None}
     moving = sorted(c for c in set if c in sources)
@@ -135,27 +206,16 @@ def _refusal(ns: PartitionedNamespace, set: Mapping[str, str]) -> str | None:
 def _commit(
     ns: PartitionedNamespace,
     read: Mapping[str, int],
-    updated: list[_Updated],
-    schema_json: str,
+    changed: list[_Changed],
     read_set: ReadSet,
-    operation: Operation,
-    started: float | None,
+    recorded: Operation,
     guard: Guard | None,
     intent: Intent | None,
     max_attempts: int,
-) -> RewriteResult:
-    rows = sum(u.rows for u in updated)
-    recorded = operation.with_metrics(
-        rows_added=rows,
-        rows_removed=rows,
-        rows_updated=rows,
-        bytes_added=sum(u.bytes for u in updated),
-        files_added=sum(u.files for u in updated),
-        partitions_touched=sum(1 for u in updated if u.rows),
-        partitions_created=0,
-    )
-    if started is not None:
-        recorded = recorded.timed(started)
+) -> tuple[int, int]:
+    """ONE ``__manifest`` commit of the tables' new versions: (its version, the attempts)."""
+    schema_json = ns.namespace_schema.to_json()
+    what = recorded.name.lower()
     last: ConcurrentModification | None = None
     for attempt in range(1, max_attempts + 1):
         ns.refresh(guard=guard)
@@ -164,16 +224,16 @@ def _commit(
                 f"the schema of {ns.root} changed while this operation ran; nothing was committed, run it again"
             )
         now = read_set.plan(ns)
-        moved = sorted(u.object_id for u in updated if now.get(u.object_id) != read[u.object_id])
+        moved = sorted(u.object_id for u in changed if now.get(u.object_id) != read[u.object_id])
         if moved:
-            raise ReadSetChanged(f"{ns.root}: partition table {moved[0]} changed while this update ran")
+            raise ReadSetChanged(f"{ns.root}: partition table {moved[0]} changed while this {what} ran")
         difference = read_set.changed(ns, read, {})
         if difference is not None:
-            raise ReadSetChanged(f"{ns.root}: {difference} while this update ran")
-        current = ns.tables_by_id(u.object_id for u in updated)
+            raise ReadSetChanged(f"{ns.root}: {difference} while this {what} ran")
+        current = ns.tables_by_id(u.object_id for u in changed)
         commits = [
             TableCommit(t.spec_id, t.values, t.location, u.version, u.object_id)
-            for u in updated
+            for u in changed
             for t in [current[u.object_id]]
         ]
         try:
@@ -183,25 +243,15 @@ def _commit(
             time.sleep(random.uniform(0.01, 0.05) * attempt)
             continue
         log.info(
-            "lance_partitioned: update of %s: Lance's update on %d partition table(s), %d row(s)",
+            "lance_partitioned: %s of %s: Lance's %s on %d partition table(s), %d row(s)",
+            what,
             ns.root,
-            len(updated),
-            rows,
+            what,
+            len(changed),
+            sum(u.rows for u in changed),
         )
-        return RewriteResult(
-            root=ns.root,
-            mode="update",
-            manifest_version=version,
-            rows_written=rows,
-            partitions_touched=sum(1 for u in updated if u.rows),
-            partitions_created=0,
-            fragments_written=sum(u.fragments for u in updated),
-            attempts=attempt,
-            rows_deleted=rows,
-            rows_updated=rows,
-            rows_inserted=0,
-        )
+        return version, attempt
     raise ConcurrentModification(
-        f"update on {ns.root} gave up after {max_attempts} __manifest commit attempts lost to concurrent writers; "
+        f"{what} on {ns.root} gave up after {max_attempts} __manifest commit attempts lost to concurrent writers; "
         f"nothing of it is visible (last conflict: {last})"
     ) from last

@@ -49,7 +49,7 @@ from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.set_merge import set_merge_values, set_upsert
 from pipelines.write.small import small_copy, small_target
 from pipelines.write.targets import addresses, target_rows
-from pipelines.write.upsert import HeldSource, is_upsert
+from pipelines.write.upsert import HeldSource, exact_target_filter, is_upsert
 
 __all__ = ["merge_partitioned"]
 
@@ -221,7 +221,8 @@ def merge_partitioned(
         read_set = ReadSet(target_filter, session_dialect(session), narrow)
         read = read_set.plan(ns)
         names = schema.arrow.names
-        change = source_held.upsert(ns, read) if upsert(source.columns, names) else None
+        within = exact_target_filter(session, ns, target_filter) if upsert(source.columns, names) else None
+        change = source_held.upsert(ns, read, within=within) if within is not None else None
         values = set_merge_values(source, ns, set, session_dialect(session), modes, matched_condition, target_filter)
         done = set_upsert(source_held, ns, read, values) if values is not None else None
         if change is not None or done is not None:  # computed in the driver, no join in Spark

@@ -31,20 +31,31 @@ from concurrent.futures import ThreadPoolExecutor
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from partitioning.errors import InvalidInput, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.schema import NamespaceSchema
+from partitioning.sql.filters import Filter, TrueFilter, columns_of
+from partitioning.sql.rowfilter import arrow_predicate
 from pipelines.read.local import OPENERS, opened_tables
 from pipelines.session import is_connect
 from pipelines.spark_errors import spark_errors
 from pipelines.write.file_rows import file_rows
 from pipelines.write.fragments import conform_dataframe
 from pipelines.write.matches import MAX_KEY_ROWS, key_probe, keys_comparable, source_keys
+from pipelines.write.small import pushed_filter
 
-__all__ = ["COLLECT_ESTIMATE", "PROBE_MAX_ROWS", "HeldSource", "is_upsert", "matched_rows", "refuse_duplicate_keys"]
+__all__ = [
+    "COLLECT_ESTIMATE",
+    "PROBE_MAX_ROWS",
+    "HeldSource",
+    "exact_target_filter",
+    "is_upsert",
+    "matched_rows",
+    "refuse_duplicate_keys",
+]
 
 COLLECT_ESTIMATE = 16 << 20
 FILE_COLLECT_BYTES = 64 << 20  # a source of parquet files pyarrow reads (pipelines.write.file_rows)
@@ -62,9 +73,20 @@ def is_upsert(
     matched_condition: str | None,
     target_filter: str | None,
 ) -> bool:
-    """Whether a merge with these clauses is "delete the matched rows, append the source"."""
-    plain = set is None and matched_condition is None and target_filter is None
+    """Whether a merge with these clauses is "delete the matched rows, append the source"
+    (with a ``target_filter``: the matched rows within it, when it is exactly evaluable
+    here, :meth:`HeldSource.upsert`)."""
+    plain = set is None and matched_condition is None
     return plain and modes == ("update", "insert", "ignore") and sorted(source_columns) == sorted(names)
+
+
+def exact_target_filter(session: SparkSession, ns: PartitionedNamespace, target_filter: str | None) -> Filter | None:
+    """``target_filter`` bound (:class:`TrueFilter` without one), when this process evaluates
+    it exactly as Spark; None when only Spark can."""
+    if not target_filter:
+        return TrueFilter()
+    pushed = pushed_filter(session, ns, target_filter)
+    return None if pushed is None else pushed[1]
 
 
 class HeldSource:
@@ -77,19 +99,35 @@ class HeldSource:
         self._rows: dict[str, pa.Table | None] = {}
 
     def upsert(
-        self, ns: PartitionedNamespace, read: Mapping[str, int], columns: Sequence[str] | None = None
+        self,
+        ns: PartitionedNamespace,
+        read: Mapping[str, int],
+        columns: Sequence[str] | None = None,
+        *,
+        within: Filter | None = None,
     ) -> tuple[pa.Table, pa.Table | None] | None:
         """The target rows (:func:`matched_rows`, with ``columns``: default the keys) the upsert
         deletes and the source's rows conformed and collected (None: Spark's tasks write
-        them); None when it cannot be done so."""
+        them); None when it cannot be done so. ``within`` (a target filter, bound and exactly
+        understood): only the target rows it selects match (Spark's answer on them, in Arrow)."""
         schema = ns.namespace_schema.to_json()
         self.rows(ns)
         if schema not in self.keys_by_schema:
             self.keys_by_schema[schema] = source_keys(self.source, ns.namespace_schema, self.keys)
         wanted = self.keys_by_schema[schema]
-        matched = matched_rows(ns, read, self.keys, wanted, columns) if wanted is not None else None
+        read_columns = list(columns) if columns is not None else list(self.keys)
+        if isinstance(within, TrueFilter):
+            within = None
+        if within is not None:
+            read_columns += sorted(columns_of(within) - set(read_columns))
+        matched = matched_rows(ns, read, self.keys, wanted, read_columns) if wanted is not None else None
         if matched is None or wanted is None:
             return None
+        if within is not None:
+            predicate = arrow_predicate(within, ns.namespace_schema.arrow)
+            if predicate is None:
+                return None
+            matched = matched.filter(predicate).select([*(columns or self.keys), ROW_TABLE, ROW_ADDRESS])
         refuse_duplicate_keys(matched, wanted, self.keys)
         return matched, self._rows.get(schema)
 
