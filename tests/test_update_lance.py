@@ -28,7 +28,17 @@ from partitioning.tables.write import write_table
 from pipelines import update_rows
 from pipelines.read_options import session_dialect
 from tests import merge_oracle as oracle
-from tests.test_update_arrow import CUTOFFS, EXPRESSIONS, REFUSED, ROWS, SCHEMA, SPARK_TYPES, TABLE, _same
+from tests.test_update_arrow import (
+    CUTOFFS,
+    EXPRESSIONS,
+    REFUSED,
+    ROWS,
+    SCHEMA,
+    SPARK_TYPES,
+    TABLE,
+    _same,
+    assert_updated_as,
+)
 
 TAKEN = "Lance's update on"
 
@@ -142,14 +152,7 @@ def test_update_rows_runs_lance_update_and_stores_sparks_values(
     ns = PartitionedNamespace.load(root)
     assert ns.manifest_version == before + 1
     assert ns.history(limit=1).column("operation").to_pylist() == ["UPDATE"]
-    stored = {r["id"]: r for r in oracle.stored_rows(root, "p")}
-    assert len(stored) == len(ROWS)
-    for row in TABLE.to_pylist():
-        got, want = stored[row["id"]], chosen.get(row["id"])
-        if want is None:
-            assert _same(got["x"], row["x"]) and (got["s"], got["n"]) == (row["s"], row["n"]), got
-        else:
-            assert _same(got["x"], want.x) and (got["s"], got["n"]) == (want.s, want.n), (got, want)
+    assert_updated_as(root, chosen)
 
 
 @pytest.mark.parametrize(
@@ -269,3 +272,25 @@ def test_only_the_tables_holding_a_matching_row_get_a_version(spark: SparkSessio
     assert sum(before[t.object_id] != t.read_version for t in tables) == 1
     assert all(lance.dataset(t.uri).version == t.read_version for t in tables)
     assert {r["id"]: r["s"] for r in oracle.stored_rows(root, "p")}[7] == "z"
+
+
+def test_a_broad_update_takes_the_unprobed_tables_as_matching(
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the first tables probed all match, the rest are updated unprobed: one that holds
+    no matching row gets a version with the same rows, recorded like the others, so no
+    Lance version is left that ``__manifest`` does not record."""
+    root = str(tmp_path / "ns")
+    _namespace(root)
+    monkeypatch.setattr(lance_updates, "PROBED_FIRST", 1)
+    tables = sorted(PartitionedNamespace.load(root).partitions(), key=lambda t: t.object_id)
+    (first,) = tables[0].values.values()
+    ids = [r["id"] for r in TABLE.to_pylist() if r["p"] == first and r["id"] is not None]
+    before = {t.object_id: t.read_version for t in tables}
+    result = update_rows(root, set={"s": "'z'"}, where=f"id IN ({', '.join(map(str, ids))})", spark=spark)
+    assert result.rows_updated == len(ids) and result.partitions_touched == len(tables)
+    after = PartitionedNamespace.load(root).partitions()
+    assert all(before[t.object_id] != t.read_version for t in after)
+    assert all(lance.dataset(t.uri).version == t.read_version for t in after)
+    stored = {r["id"]: r["s"] for r in oracle.stored_rows(root, "p")}
+    assert stored == {r["id"]: ("z" if r["id"] in ids else r["s"]) for r in TABLE.to_pylist()}

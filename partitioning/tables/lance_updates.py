@@ -5,9 +5,9 @@ When the condition and every new value are ones DataFusion evaluates exactly as 
 :func:`partitioning.sql.assign.lance_assignments`) and no row can change partition,
 :func:`update_in_lance` calls ``LanceDataset.update`` on each table the condition can touch,
 from :data:`~partitioning.tables.write.PARALLEL_COMMITS` threads: Lance scans, computes and
-writes the rows and commits one version per table. A table is first probed for one
-matching row (a scan that stops at the first), since Lance commits a version even when no
-row matches. Nothing is visible until the ``__manifest`` commit that points at those
+writes the rows and commits one version per table. Tables are first probed for a
+matching row (:func:`_run`), since Lance commits a version even when no row matches.
+Nothing is visible until the ``__manifest`` commit that points at those
 versions (the protocol every writer follows).
 
 Each table is updated at the version the operation read, with no retry of Lance's own: a
@@ -46,6 +46,8 @@ from partitioning.tables.write import PARALLEL_COMMITS
 __all__ = ["update_in_lance"]
 
 log = logging.getLogger("lance_partitioned")
+
+PROBED_FIRST = 16  # tables probed for a matching row before the update is taken as broad
 
 
 @dataclass(frozen=True)
@@ -122,13 +124,16 @@ def _run(
 ) -> list[_Changed] | None:
     """Lance's update on each table of ``read`` (at the version read) holding a row ``where``
     selects, from threads: the tables that changed; None when one declines. Every table is
-    first opened, its filter and values rendered and probed for one matching row, so a
-    decline comes before any update, and a table with no matching row gets no version
-    (Lance's update would commit one anyway)."""
+    first opened and its filter and values rendered, so a decline comes before any update.
+    Lance's update commits a version even when no row matches, so tables are probed for one
+    matching row (a scan that stops at the first): the first :data:`PROBED_FIRST`, and the
+    rest only when one of those has none. A point update changes only the tables holding
+    its rows; a broad one pays for 16 probes, and a table it misses gets a version with the
+    same rows, which the commit records like the others."""
     tables = ns.tables_by_id(read)
     schema = ns.namespace_schema
 
-    def plan(object_id: str) -> _Planned | None:
+    def plan(object_id: str) -> _Planned:
         table = tables.get(object_id)
         if table is None:
             raise _Declined(f"partition table {object_id} is gone")
@@ -140,15 +145,15 @@ def _run(
         values = lance_assignments(set, schema.arrow, dialect, mapping)
         if condition is None or values is None:
             raise _Declined(f"table {object_id}: DataFusion would not evaluate it as Spark does")
-        try:
-            probe = dataset.scanner(
-                columns=[], filter=None if condition == "TRUE" else condition, limit=1, with_row_address=True
-            )
-            if probe.to_table().num_rows == 0:
-                return None
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise _Declined(f"table {object_id}: {first_line(exc)}") from exc
         return _Planned(object_id, dataset, condition, values)
+
+    def matches(planned: _Planned) -> bool:
+        where = None if planned.condition == "TRUE" else planned.condition
+        try:
+            probe = planned.dataset.scanner(columns=[], filter=where, limit=1, with_row_address=True)
+            return bool(probe.to_table().num_rows)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise _Declined(f"table {planned.object_id}: {first_line(exc)}") from exc
 
     def update(planned: _Planned) -> _Changed:
         dataset, object_id = planned.dataset, planned.object_id
@@ -167,8 +172,14 @@ def _run(
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(read)))) as pool:
-            planned = [p for p in pool.map(plan, sorted(read)) if p is not None]
-            return list(pool.map(update, planned))
+            planned = list(pool.map(plan, sorted(read)))
+            sample = list(pool.map(matches, planned[:PROBED_FIRST]))
+            if all(sample):  # a broad update: the rest are taken as matching (a miss gets a version anyway)
+                chosen = planned
+            else:
+                rest = list(pool.map(matches, planned[PROBED_FIRST:]))
+                chosen = [p for p, hit in zip(planned, sample + rest, strict=True) if hit]
+            return list(pool.map(update, chosen))
     except _Declined as exc:
         log.info("lance_partitioned: update of %s: not Lance's update (%s)", ns.root, exc)
         return None
