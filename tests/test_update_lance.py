@@ -294,3 +294,19 @@ def test_a_broad_update_takes_the_unprobed_tables_as_matching(
     assert all(lance.dataset(t.uri).version == t.read_version for t in after)
     stored = {r["id"]: r["s"] for r in oracle.stored_rows(root, "p")}
     assert stored == {r["id"]: ("z" if r["id"] in ids else r["s"]) for r in TABLE.to_pylist()}
+
+
+def test_a_table_whose_columns_lag_the_namespace_is_not_lances(spark: SparkSession, tmp_path: Any, caplog: Any) -> None:
+    """After ``n`` is widened to BIGINT (metadata only) a table still stores INT: DataFusion
+    would compute in the stored type, so the other path updates it (and aligns the table);
+    the next update of that table alone is Lance's."""
+    root = str(tmp_path / "ns")
+    _namespace(root)
+    PartitionedNamespace.load(root).widen_column("n", "int64")
+    for taken in (False, True):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="lance_partitioned"):
+            update_rows(root, set={"x": "x + 1", "n": "n"}, where="id = 7 AND p = 0", spark=spark)
+        assert any(TAKEN in r.getMessage() for r in caplog.records) == taken
+    stored = {r["id"]: r for r in oracle.stored_rows(root, "p")}
+    assert stored[7]["x"] == -1.5e-300 + 2 and stored[7]["n"] == 7

@@ -35,7 +35,7 @@ from partitioning.sql.assign import lance_assignments
 from partitioning.sql.filters import Filter
 from partitioning.sql.rowfilter import exact_lance_filter
 from partitioning.sql.tokens import Dialect
-from partitioning.storage.alignment import dataset_columns
+from partitioning.storage.alignment import dataset_columns, is_aligned
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation
@@ -140,6 +140,8 @@ def _run(
         if table.read_branch is not None or table.read_tag is not None or table.read_version != read[object_id]:
             raise _Declined(f"table {object_id} is not read at a plain version of its own")
         dataset = ns.open_table(table)
+        if not is_aligned(dataset, schema):  # a widened, renamed or added column: the other path aligns it
+            raise _Declined(f"table {object_id}: its columns are not yet the namespace's")
         mapping = dataset_columns(dataset.schema, schema)
         condition = exact_lance_filter(where, schema.arrow, mapping)
         values = lance_assignments(set, schema.arrow, dialect, mapping)
