@@ -244,7 +244,9 @@ def update_rows(
     ``set`` maps columns to Spark SQL expressions over the row (``{"price": "price * 1.1"}``);
     other columns keep their values. A row whose partition columns change moves to its
     new partition in the same commit. ``where`` (Spark SQL) selects the rows and prunes
-    the partitions read; without it every row is updated.
+    the partitions read; without it every row is updated. When Lance's own engine computes
+    the filter and every value exactly as Spark, it runs the update on each table
+    (:mod:`partitioning.tables.lance_updates`); otherwise the driver or Spark does.
     """
     session = session_or_active(spark)
     if session is None:
