@@ -115,7 +115,7 @@ def update_in_lance(
 class _Planned:
     object_id: str
     dataset: lance.LanceDataset
-    condition: str
+    where: str | None  # the exact Lance filter; None: every row
     values: dict[str, str]
 
 
@@ -147,12 +147,11 @@ def _run(
         values = lance_assignments(set, schema.arrow, dialect, mapping)
         if condition is None or values is None:
             raise _Declined(f"table {object_id}: DataFusion would not evaluate it as Spark does")
-        return _Planned(object_id, dataset, condition, values)
+        return _Planned(object_id, dataset, None if condition == "TRUE" else condition, values)
 
     def matches(planned: _Planned) -> bool:
-        where = None if planned.condition == "TRUE" else planned.condition
         try:
-            probe = planned.dataset.scanner(columns=[], filter=where, limit=1, with_row_address=True)
+            probe = planned.dataset.scanner(columns=[], filter=planned.where, limit=1, with_row_address=True)
             return bool(probe.to_table().num_rows)
         except (OSError, RuntimeError, ValueError) as exc:
             raise _Declined(f"table {planned.object_id}: {first_line(exc)}") from exc
@@ -160,9 +159,8 @@ def _run(
     def update(planned: _Planned) -> _Changed:
         dataset, object_id = planned.dataset, planned.object_id
         before = {f.fragment_id for f in dataset.get_fragments()}
-        where = None if planned.condition == "TRUE" else planned.condition
         try:
-            done = dataset.update(planned.values, where=where, conflict_retries=0)
+            done = dataset.update(planned.values, where=planned.where, conflict_retries=0)
         except (OSError, RuntimeError, ValueError) as exc:
             raise _Declined(f"table {object_id}: {first_line(exc)}") from exc
         if dataset.version != read[object_id] + 1:
