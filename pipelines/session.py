@@ -48,6 +48,7 @@ DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
 # The JVM layer (pipelines.jar): the DSv2 provider, the catalog, the Java murmur3, QuietErrors.
 UDF_JAR = jar_path() or CHECKOUT_JAR
 QUIET_ERRORS_PLUGIN = "lance_partitioned.QuietErrors"
+SESSION_EXTENSIONS = "lance_partitioned.LanceSessionExtensions"  # SQL UPDATE through update_rows' engine
 QUIET_DAEMON = "lance_partitioned_daemon"
 # A conf key and the environment variable that sets the same interpreter.
 _PYTHON_KEYS = {"spark.pyspark.python": "PYSPARK_PYTHON", "spark.pyspark.driver.python": "PYSPARK_DRIVER_PYTHON"}
@@ -117,6 +118,8 @@ def session_conf(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         if _jar_has(UDF_JAR, QUIET_ERRORS_PLUGIN):
             # a project error raised in a task is one line from the driver, not executor stacks too
             conf["spark.plugins"] = QUIET_ERRORS_PLUGIN
+        if _jar_has(UDF_JAR, SESSION_EXTENSIONS):
+            conf["spark.sql.extensions"] = SESSION_EXTENSIONS
     conf.update(extra or {})
     return conf
 
@@ -305,6 +308,8 @@ def build_session(
         launched = _launch_jvm(options)
         if not launched and options.get("spark.plugins") == QUIET_ERRORS_PLUGIN and not _jar_given(user):
             options.pop("spark.plugins")  # spark-submit without --jars: the driver cannot load it
+        if not launched and options.get("spark.sql.extensions") == SESSION_EXTENSIONS and not _jar_given(user):
+            options.pop("spark.sql.extensions")
         if not (remote and launched):
             # A local Connect server reads them from the JVM started here; given to the Connect
             # builder as well, each setting it cannot change at runtime would be one warning.

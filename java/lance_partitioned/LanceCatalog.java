@@ -17,12 +17,14 @@ import org.apache.spark.sql.connector.catalog.CatalogV2Util;
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.NamespaceChange;
+import org.apache.spark.sql.connector.catalog.ProcedureCatalog;
 import org.apache.spark.sql.connector.catalog.StagedTable;
 import org.apache.spark.sql.connector.catalog.StagingTableCatalog;
 import org.apache.spark.sql.connector.catalog.SupportsNamespaces;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
+import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Literal;
 import org.apache.spark.sql.connector.expressions.NamedReference;
@@ -45,7 +47,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * replace stays readable, and a failure anywhere leaves the table as it was ({@link
  * StagedLanceTable}).
  */
-public final class LanceCatalog implements StagingTableCatalog, SupportsNamespaces {
+public final class LanceCatalog implements StagingTableCatalog, SupportsNamespaces, ProcedureCatalog {
   private String name;
   private String warehouse;
   private Map<String, String> storage = Collections.emptyMap();
@@ -439,5 +441,26 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
       throw new NonEmptyNamespaceException(namespace);
     }
     return true;
+  }
+
+  // -- procedures: system.lance_update, what an SQL UPDATE becomes with the session extension ---------
+  @Override
+  public UnboundProcedure loadProcedure(Identifier ident) {
+    if (ident.namespace().length == 1
+        && ident.namespace()[0].equalsIgnoreCase(UpdateProcedure.NAMESPACE)
+        && ident.name().equalsIgnoreCase(UpdateProcedure.NAME)) {
+      return new UpdateProcedure(this);
+    }
+    throw LanceSqlError.invalid(
+        "lance_partitioned: catalog " + name + " has no procedure " + ident + "; it has "
+            + UpdateProcedure.NAMESPACE + "." + UpdateProcedure.NAME);
+  }
+
+  @Override
+  public Identifier[] listProcedures(String[] namespace) {
+    if (namespace.length == 1 && namespace[0].equalsIgnoreCase(UpdateProcedure.NAMESPACE)) {
+      return new Identifier[] {Identifier.of(namespace, UpdateProcedure.NAME)};
+    }
+    return new Identifier[0];
   }
 }

@@ -4,8 +4,9 @@
 ``TableCatalog``, ``alter`` its ``ALTER TABLE``, ``stage`` its staged creates and replaces
 (``CREATE TABLE ... AS SELECT``, ``REPLACE TABLE``); ``write`` runs the writes and SQL DML
 the JVM plans; ``drop`` the metadata-only deletes; ``delete_rows`` the deletes of rows it
-finds exactly, with no Spark job.
+finds exactly, with no Spark job; ``update_rows`` SQL ``UPDATE`` through ``update_rows``'
+engine (the session extension's procedure), with no Spark job.
 
-May import: source, read, columns, the session modules, :mod:`partitioning`. Imported by
+May import: source, read, write, columns, the session modules, :mod:`partitioning`. Imported by
 nothing in Python: the JVM layer reaches it through the registered data source.
 """

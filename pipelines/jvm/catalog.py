@@ -42,6 +42,7 @@ from pipelines.jvm.alter import alter_table
 from pipelines.jvm.delete_rows import exact_delete
 from pipelines.jvm.metadata import metadata_table, partition_values
 from pipelines.jvm.stage import plan_staged
+from pipelines.jvm.update_rows import sql_update
 from pipelines.shared_roots import is_relative_path
 
 __all__ = ["call_catalog", "table_root"]
@@ -69,6 +70,7 @@ def call_catalog(call: str, args: Mapping[str, Any], storage_options: Options) -
         "partition_values": lambda a, o: partition_values(root_of(a), a, o),
         "write_id_version": write_id_version,
         "exact_delete": exact_delete,
+        "sql_update": sql_update,
     }
     handler = handlers.get(call)
     if handler is None:

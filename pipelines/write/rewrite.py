@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -51,7 +53,7 @@ log = logging.getLogger("lance_partitioned")
 
 
 def commit_changes(
-    session: SparkSession,
+    session: SparkSession | None,
     ns: PartitionedNamespace,
     gone: pa.Table,
     incoming: DataFrame | pa.Table | None,
@@ -84,7 +86,8 @@ def commit_changes(
     else:
         messages, writer = write_fragments(incoming, ns, local=local, rows=rows, **dict(sizes or {}))
         spec_id, schema = writer.planner.spec_id, writer.schema
-    with describe_jobs(session, f"lance_partitioned: commit {mode} ({label})"):
+    labelled = describe_jobs(session, f"lance_partitioned: commit {mode} ({label})") if session else nullcontext()
+    with labelled:
         return commit_rewrite(
             ns,
             messages,
@@ -111,7 +114,7 @@ def _no_messages(ns: PartitionedNamespace) -> tuple[pa.Table, int, Any]:
 
 
 def _update_in_arrow(
-    session: SparkSession,
+    session: SparkSession | None,
     ns: PartitionedNamespace,
     set: Mapping[str, str],
     where: str | None,
@@ -126,7 +129,7 @@ def _update_in_arrow(
     assign = assignments(set, schema, dialect)
     if assign is None:
         return None
-    rows = exact_rows(session, ns, read, where)
+    rows = exact_rows(session, ns, read, where, dialect=dialect)
     if rows is None:
         return None
     try:
@@ -138,7 +141,7 @@ def _update_in_arrow(
 
 
 def _update_with_lance(
-    session: SparkSession,
+    session: SparkSession | None,
     ns: PartitionedNamespace,
     set: Mapping[str, str],
     where: str | None,
@@ -152,10 +155,10 @@ def _update_with_lance(
     """The update run by Lance's own ``update`` on each table it can touch
     (:func:`partitioning.tables.lance_updates.update_in_lance`), when the driver binds
     ``where`` exactly as Spark does; else None."""
-    if is_connect(session):
+    if session is not None and is_connect(session):
         return None
     if where:
-        pushed = pushed_filter(session, ns, where)
+        pushed = pushed_filter(session, ns, where, dialect=dialect)
         if pushed is None or pushed[1] is None:
             return None
         condition: Filter = pushed[1]
@@ -230,6 +233,64 @@ def replace_where(
     return rerun_on_conflict(ns.root, "replace_where", max_attempts, attempt, ns.storage_options)
 
 
+def update_parameters(set: Mapping[str, str], where: str | None) -> dict[str, str]:
+    """What history records of an update."""
+    return {"set": json.dumps(dict(set), sort_keys=True), **({"where": where} if where else {})}
+
+
+@dataclass(frozen=True)
+class UpdateHere:
+    """An update's round as far as this process takes it: its ``result`` when Lance or the
+    driver committed it, else what the Spark path of the round needs (the tables ``read``
+    and the commit of its rows); ``engine``: which one made the change."""
+
+    result: RewriteResult | None
+    read: Mapping[str, int]
+    commit: Callable[..., RewriteResult]
+    engine: str = "Spark"
+
+
+def update_here(
+    run: Round,
+    *,
+    set: Mapping[str, str],
+    where: str | None,
+    dialect: Dialect,
+    started: float,
+    session: SparkSession | None = None,
+) -> UpdateHere:
+    """One round of ``update_rows`` without Spark: Lance's own ``update`` (round 1 only, a
+    later round rebases onto the versions a lost round's updates left), else the driver's
+    exact read and values (:func:`_update_in_arrow`). ``session`` None: this process has no
+    SparkSession (the JVM layer's SQL ``UPDATE``), and no Spark Connect check is made."""
+    ns = run.ns
+    names = ns.schema.names
+    unknown = [c for c in set if c not in names]
+    if unknown:
+        raise InvalidInput(
+            f"update_rows: column {unknown[0]!r} is not in the namespace; columns are: {', '.join(names)}"
+        )
+    parameters = update_parameters(set, where)
+    read_set = ReadSet(where, dialect, touches=Touches.of_sql(where, dialect, ns.namespace_schema.arrow))
+    read = read_set.plan(ns)
+
+    def commit(session: SparkSession | None, gone: pa.Table, incoming: Any, **kw: Any) -> RewriteResult:
+        return commit_changes(
+            session, ns, gone, incoming, read_set=read_set, read=read, mode="update", started=started, run=run, **kw
+        )
+
+    if run.number == 1:
+        in_lance = _update_with_lance(session, ns, set, where, dialect, read, read_set, run, parameters, started)
+        if in_lance is not None:
+            return UpdateHere(in_lance, read, commit, "Lance's update")
+    done = _update_in_arrow(session, ns, set, where, dialect, read)
+    if done is not None:
+        gone, collected = done
+        result = commit(session, gone, collected, rows_updated=gone.num_rows, operation=Operation("UPDATE", parameters))
+        return UpdateHere(result, read, commit, "the driver")
+    return UpdateHere(None, read, commit)
+
+
 def update_rows(
     root: str,
     *,
@@ -255,30 +316,16 @@ def update_rows(
     if not set:
         raise InvalidInput("update_rows needs set={column: SQL expression}")
     started = time.monotonic()
-    parameters = {"set": json.dumps(dict(set), sort_keys=True), **({"where": where} if where else {})}
+    parameters = update_parameters(set, where)
 
     def attempt(run: Round) -> RewriteResult:
         ns = run.ns
-        names = ns.schema.names
-        unknown = [c for c in set if c not in names]
-        if unknown:
-            raise InvalidInput(
-                f"update_rows: column {unknown[0]!r} is not in the namespace; columns are: {', '.join(names)}"
-            )
         dialect = session_dialect(session)
-        read_set = ReadSet(where, dialect, touches=Touches.of_sql(where, dialect, ns.namespace_schema.arrow))
-        read = read_set.plan(ns)
-        commit = partial(
-            commit_changes, session, ns, read_set=read_set, read=read, mode="update", started=started, run=run
-        )
-        if run.number == 1:  # a later round rebases onto the versions a lost round's updates left
-            in_lance = _update_with_lance(session, ns, set, where, dialect, read, read_set, run, parameters, started)
-            if in_lance is not None:
-                return in_lance
-        done = _update_in_arrow(session, ns, set, where, dialect, read)
-        if done is not None:
-            gone, collected = done
-            return commit(gone, collected, rows_updated=gone.num_rows, operation=Operation("UPDATE", parameters))
+        here = update_here(run, set=set, where=where, dialect=dialect, started=started, session=session)
+        if here.result is not None:
+            return here.result
+        read, commit = here.read, partial(here.commit, session)
+        names = ns.schema.names
         small = small_target(session, ns, read, filter=where)
         rows = small if small is not None else target_rows(session, ns, read, filter=where, cache=run.cache)
         try:

@@ -39,6 +39,7 @@ from partitioning.sql.binding import bind
 from partitioning.sql.filters import Filter, TrueFilter, columns_of, is_exactly_understood
 from partitioning.sql.from_sql import parse_filter
 from partitioning.sql.rowfilter import arrow_predicate, lance_filter
+from partitioning.sql.tokens import Dialect
 from pipelines.read.local import local_table, matching_table
 from pipelines.read_options import read_schema, session_dialect
 from pipelines.session import is_connect
@@ -158,14 +159,17 @@ def small_copy(df: DataFrame) -> DataFrame | None:
 
 
 def pushed_filter(
-    session: SparkSession, ns: PartitionedNamespace, filter: str | None
+    session: SparkSession | None, ns: PartitionedNamespace, filter: str | None, *, dialect: Dialect | None = None
 ) -> tuple[Filter, Filter | None] | None:
     """``filter`` bound to the namespace (pushed into each Lance scan: a superset of its rows)
     and, when this process evaluates it exactly as Spark does, the same filter to apply in
-    Arrow; None when neither Lance nor Arrow can narrow the rows (or it does not bind here)."""
+    Arrow; None when neither Lance nor Arrow can narrow the rows (or it does not bind here).
+    ``dialect``: how the SQL reads (default: ``session``'s, :func:`pipelines.read_options.session_dialect`)."""
     if not filter:
         return None
-    dialect = session_dialect(session)
+    if dialect is None:
+        assert session is not None, "pushed_filter needs a session or a dialect"
+        dialect = session_dialect(session)
     schema = ns.namespace_schema.arrow
     try:
         bound = bind(parse_filter(filter, dialect), schema, dialect)
@@ -177,10 +181,10 @@ def pushed_filter(
     return bound, exact
 
 
-def _pieces(session: SparkSession, ns: PartitionedNamespace, read: Mapping[str, int]) -> list[TableSlice] | None:
-    """The tables in ``read`` to read in the driver; None on Spark Connect (no driver here) or
-    when one is not in ``ns``."""
-    if is_connect(session):
+def _pieces(session: SparkSession | None, ns: PartitionedNamespace, read: Mapping[str, int]) -> list[TableSlice] | None:
+    """The tables in ``read`` to read in this process; None on Spark Connect (no driver here) or
+    when one is not in ``ns``. Without a session (the JVM layer's Python side) they are read here."""
+    if session is not None and is_connect(session):
         return None
     tables = ns.tables_by_id(read)
     if len(tables) != len(read):
@@ -189,12 +193,13 @@ def _pieces(session: SparkSession, ns: PartitionedNamespace, read: Mapping[str, 
 
 
 def exact_rows(
-    session: SparkSession,
+    session: SparkSession | None,
     ns: PartitionedNamespace,
     read: Mapping[str, int],
     filter: str | None,
     *,
     columns: Sequence[str] | None = None,
+    dialect: Dialect | None = None,
 ) -> pa.Table | None:
     """Exactly the rows of the tables in ``read`` that ``filter`` (Spark SQL; None: every row)
     selects, ``columns`` of them (default: all; none: the narrowest read) with ``_lance_table`` and ``_lance_rowaddr``,
@@ -207,7 +212,7 @@ def exact_rows(
     if filter is None:
         bounds = (SMALL_MAX_TABLES, SMALL_MAX_ROWS, SMALL_MAX_BYTES)
         return local_table(ns, pieces, output, TrueFilter(), row_address=True, bounds=bounds)
-    pushed = pushed_filter(session, ns, filter)
+    pushed = pushed_filter(session, ns, filter, dialect=dialect)
     if pushed is None or pushed[1] is None:
         return None
     if not output:  # one column besides the addresses (a table of none loses its row count)
