@@ -49,6 +49,8 @@ from pipelines.write.targets import task_rows
 __all__ = [
     "MAX_KEY_BYTES",
     "MAX_KEY_ROWS",
+    "as_int64",
+    "integer_like",
     "key_probe",
     "keys_comparable",
     "matched_target",
@@ -158,7 +160,7 @@ class _Probe:
         column = table.column(self.keys[0])
         if self.ordered is None:
             return table.filter(pc.is_in(column, value_set=self.wanted.column(0)))
-        values = _as_int64(column.fill_null(0) if column.null_count else column)
+        values = as_int64(column.fill_null(0) if column.null_count else column)
         at = np.minimum(np.searchsorted(self.ordered, values), len(self.ordered) - 1)
         mask = self.ordered[at] == values
         if column.null_count:
@@ -166,11 +168,11 @@ class _Probe:
         return table.filter(pa.array(mask))
 
 
-def _integer_like(t: pa.DataType) -> bool:
+def integer_like(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t)
 
 
-def _as_int64(column: pa.ChunkedArray) -> np.ndarray:
+def as_int64(column: pa.ChunkedArray) -> np.ndarray:
     if pa.types.is_date32(column.type):
         column = column.cast(pa.int32())
     return column.cast(pa.int64()).to_numpy()
@@ -203,8 +205,8 @@ def key_probe(ns: PartitionedNamespace, keys: Sequence[str], wanted: pa.Table, o
     read_types = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(k) for k in keys]))
     wanted = wanted.select(list(keys)).cast(read_types)
     ordered = None
-    if len(keys) == 1 and _integer_like(read_types.field(0).type):
-        ordered = np.sort(_as_int64(wanted.column(0)))  # a probe needs only the sorted values
+    if len(keys) == 1 and integer_like(read_types.field(0).type):
+        ordered = np.sort(as_int64(wanted.column(0)))  # a probe needs only the sorted values
         wanted = wanted.slice(0, 0)
     chunk = (CHUNK_ROWS, CHUNK_BYTES)
     return _Probe(ns.namespace_schema, tuple(output), tuple(keys), wanted, ns.storage_options, ordered, chunk)

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -44,7 +45,7 @@ from pipelines.session import is_connect
 from pipelines.spark_errors import spark_errors
 from pipelines.write.file_rows import file_rows
 from pipelines.write.fragments import conform_dataframe
-from pipelines.write.matches import MAX_KEY_ROWS, key_probe, keys_comparable, source_keys
+from pipelines.write.matches import MAX_KEY_ROWS, as_int64, integer_like, key_probe, keys_comparable, source_keys
 from pipelines.write.small import pushed_filter
 
 __all__ = [
@@ -209,7 +210,7 @@ def matched_rows(
     if not batches:
         return empty.empty_table()
     found = pa.Table.from_batches(batches)
-    if found.num_rows and _repeated(found, keys).num_rows:
+    if found.num_rows and _repeats(found, keys):
         return None  # each of those target rows becomes a copy of the source row: Spark's join does that
     return found
 
@@ -230,6 +231,15 @@ def _opened(ns: PartitionedNamespace, pieces: Sequence[TableSlice]) -> dict[str,
     return {p.object_id: d for p, d in zip(pieces, datasets, strict=True)}
 
 
+def _repeats(table: pa.Table, keys: Sequence[str]) -> bool:
+    """Whether a key tuple other than a NULL key is held by more than one row: one sort in
+    numpy for a single integer-like key, else :func:`_repeated`."""
+    if len(keys) == 1 and integer_like(table.schema.field(keys[0]).type):
+        values = np.sort(as_int64(pc.drop_null(table.column(keys[0]))))
+        return bool(values.size > 1 and (values[1:] == values[:-1]).any())
+    return _repeated(table, keys).num_rows > 0
+
+
 def _repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """The key tuples ``table`` holds more than once."""
     counts = table.group_by(list(keys)).aggregate([([], "count_all")])
@@ -238,9 +248,9 @@ def _repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 def refuse_duplicate_keys(matched: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> None:
     """Delta's rule, as the join path checks it: two source rows may not update one target row."""
-    twice = _repeated(wanted, keys)
-    if matched.num_rows == 0 or twice.num_rows == 0:
+    if matched.num_rows == 0 or not _repeats(wanted, keys):
         return
+    twice = _repeated(wanted, keys)
     typed = twice.select(list(keys)).cast(pa.schema([matched.schema.field(k) for k in keys]))
     hit = matched.join(typed, list(keys), join_type="left semi")
     if hit.num_rows == 0:
