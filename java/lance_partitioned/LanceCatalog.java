@@ -446,20 +446,24 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
   // -- procedures: system.lance_update, what an SQL UPDATE becomes with the session extension ---------
   @Override
   public UnboundProcedure loadProcedure(Identifier ident) {
-    if (ident.namespace().length == 1
-        && ident.namespace()[0].equalsIgnoreCase(UpdateProcedure.NAMESPACE)
-        && ident.name().equalsIgnoreCase(UpdateProcedure.NAME)) {
-      return new UpdateProcedure(this);
+    if (ident.namespace().length == 1 && ident.namespace()[0].equalsIgnoreCase(UpdateProcedure.NAMESPACE)) {
+      if (ident.name().equalsIgnoreCase(UpdateProcedure.NAME)) {
+        return new UpdateProcedure(this);
+      }
+      if (ident.name().equalsIgnoreCase(MergeProcedure.NAME)) {
+        return new MergeProcedure(this);
+      }
     }
     throw LanceSqlError.invalid(
         "lance_partitioned: catalog " + name + " has no procedure " + ident + "; it has "
-            + UpdateProcedure.NAMESPACE + "." + UpdateProcedure.NAME);
+            + UpdateProcedure.NAMESPACE + "." + UpdateProcedure.NAME + " and "
+            + UpdateProcedure.NAMESPACE + "." + MergeProcedure.NAME);
   }
 
   @Override
   public Identifier[] listProcedures(String[] namespace) {
     if (namespace.length == 1 && namespace[0].equalsIgnoreCase(UpdateProcedure.NAMESPACE)) {
-      return new Identifier[] {Identifier.of(namespace, UpdateProcedure.NAME)};
+      return new Identifier[] {Identifier.of(namespace, UpdateProcedure.NAME), Identifier.of(namespace, MergeProcedure.NAME)};
     }
     return new Identifier[0];
   }

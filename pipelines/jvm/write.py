@@ -17,6 +17,8 @@
   ONE commit; a new row outside the condition refuses the write.
 - ``stage``: the rows of a staged ``CREATE TABLE ... AS SELECT`` / ``REPLACE TABLE``
   (:mod:`pipelines.jvm.stage`).
+- ``append`` with ``lp.upsert``: the source rows of an upserting SQL ``MERGE``
+  (:mod:`pipelines.jvm.upsert_rows`).
 - ``delete_tables``: a metadata-only ``DELETE`` (whole partitions by an identity-column
   condition) or ``TRUNCATE``: no rows, ONE commit removing the tables (``lp.exact``); or a
   ``DELETE`` whose rows this process finds exactly (``lp.rows``, :mod:`pipelines.jvm.delete_rows`).
@@ -74,6 +76,10 @@ def bridge_writer(mode: str, options: dict[str, str], schema: StructType, overwr
         from pipelines.shared_roots import check_source_root
 
         check_source_root(lowered["path"], lowered.get("lp.master"), lowered.get("lp.connect") == "true")
+    if mode == "append" and lowered.get("lp.upsert"):
+        from pipelines.jvm.upsert_rows import UpsertWriter
+
+        return UpsertWriter(lowered, schema, lowered["lp.upsert"])
     if mode in ("append", "overwrite", "dynamic"):
         plain = _plain(options)
         if mode == "dynamic":

@@ -55,6 +55,7 @@ __all__ = [
     "keys_comparable",
     "matched_target",
     "refuse_shared_matches",
+    "schema_keys_comparable",
     "source_keys",
 ]
 
@@ -100,8 +101,13 @@ def source_keys(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str])
 def keys_comparable(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str]) -> bool:
     """Whether each key has the same Spark type in ``source`` as in the namespace, one that
     compares in Arrow as in Spark (the list above)."""
+    return schema_keys_comparable(source.schema, schema, keys)
+
+
+def schema_keys_comparable(source: T.StructType, schema: NamespaceSchema, keys: Sequence[str]) -> bool:
+    """:func:`keys_comparable` of rows of Spark schema ``source``."""
     target = spark_schema(schema)
-    by_name = {f.name: f.dataType for f in source.schema.fields}
+    by_name = {f.name: f.dataType for f in source.fields}
     return all(k in by_name and k in target.names and _comparable(by_name[k], target[k].dataType) for k in keys)
 
 

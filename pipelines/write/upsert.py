@@ -55,6 +55,7 @@ __all__ = [
     "exact_target_filter",
     "is_upsert",
     "matched_rows",
+    "present_keys",
     "refuse_duplicate_keys",
 ]
 
@@ -140,7 +141,7 @@ class HeldSource:
             rows = _collected(self.source, ns.namespace_schema, self.keys, self.small)
             self._rows[schema] = rows
             if rows is not None:
-                self.keys_by_schema[schema] = _present(rows, self.keys)
+                self.keys_by_schema[schema] = present_keys(rows, self.keys)
         return self._rows[schema]
 
 
@@ -167,7 +168,7 @@ def _collected(source: DataFrame, schema: NamespaceSchema, keys: Sequence[str], 
     return rows if rows.num_rows <= MAX_KEY_ROWS else None
 
 
-def _present(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+def present_keys(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
     """The key tuples of ``rows`` without a NULL (a NULL key matches nothing)."""
     table = rows.select(list(keys))
     for k in keys:
