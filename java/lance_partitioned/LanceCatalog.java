@@ -446,7 +446,7 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
   // -- procedures: system.lance_update, what an SQL UPDATE becomes with the session extension ---------
   @Override
   public UnboundProcedure loadProcedure(Identifier ident) {
-    if (ident.namespace().length == 1 && ident.namespace()[0].equalsIgnoreCase(UpdateProcedure.NAMESPACE)) {
+    if (ident.namespace().length == 1 && ident.namespace()[0].equalsIgnoreCase(EngineProcedure.NAMESPACE)) {
       if (ident.name().equalsIgnoreCase(UpdateProcedure.NAME)) {
         return new UpdateProcedure(this);
       }
@@ -456,13 +456,13 @@ public final class LanceCatalog implements StagingTableCatalog, SupportsNamespac
     }
     throw LanceSqlError.invalid(
         "lance_partitioned: catalog " + name + " has no procedure " + ident + "; it has "
-            + UpdateProcedure.NAMESPACE + "." + UpdateProcedure.NAME + " and "
-            + UpdateProcedure.NAMESPACE + "." + MergeProcedure.NAME);
+            + EngineProcedure.NAMESPACE + "." + UpdateProcedure.NAME + " and "
+            + EngineProcedure.NAMESPACE + "." + MergeProcedure.NAME);
   }
 
   @Override
   public Identifier[] listProcedures(String[] namespace) {
-    if (namespace.length == 1 && namespace[0].equalsIgnoreCase(UpdateProcedure.NAMESPACE)) {
+    if (namespace.length == 1 && namespace[0].equalsIgnoreCase(EngineProcedure.NAMESPACE)) {
       return new Identifier[] {Identifier.of(namespace, UpdateProcedure.NAME), Identifier.of(namespace, MergeProcedure.NAME)};
     }
     return new Identifier[0];

@@ -93,16 +93,7 @@ final class SqlUpdates extends Rule<LogicalPlan> {
     if (keys == null || keys.isEmpty() || table == null) {
       return null;
     }
-    List<String> procedure = List.of(table.get(0), UpdateProcedure.NAMESPACE, MergeProcedure.NAME);
-    List<Expression> args = new ArrayList<>();
-    args.add(Literal.create(Bridge.write(table.subList(1, table.size())), DataTypes.StringType));
-    args.add(Literal.create(Bridge.write(keys), DataTypes.StringType));
-    args.add(Literal.create(query, DataTypes.StringType));
-    args.add(Literal.create(text, DataTypes.StringType));
-    return new Call(
-        new UnresolvedProcedure(CollectionConverters.asScala(procedure).toList()),
-        CollectionConverters.asScala(args).toList(),
-        true);
+    return call(table, MergeProcedure.NAME, Bridge.write(keys), query, text);
   }
 
   /** A side of a merge: its relation and the qualifiers its columns may carry. */
@@ -223,15 +214,20 @@ final class SqlUpdates extends Rule<LogicalPlan> {
     if (table == null) {
       return null;
     }
-    List<String> procedure = List.of(table.get(0), UpdateProcedure.NAMESPACE, UpdateProcedure.NAME);
-    List<Expression> args = new ArrayList<>();
-    args.add(Literal.create(Bridge.write(table.subList(1, table.size())), DataTypes.StringType));
-    args.add(Literal.create(Bridge.write(set), DataTypes.StringType));
-    args.add(Literal.create(where, DataTypes.StringType));
-    args.add(Literal.create(text, DataTypes.StringType));
+    return call(table, UpdateProcedure.NAME, Bridge.write(set), where, text);
+  }
+
+  /** {@code CALL <catalog>.system.<name>(<table's names as JSON>, args...)}; {@code table}: [catalog, names...]. */
+  private static LogicalPlan call(List<String> table, String name, String... args) {
+    List<String> procedure = List.of(table.get(0), EngineProcedure.NAMESPACE, name);
+    List<Expression> values = new ArrayList<>();
+    values.add(Literal.create(Bridge.write(table.subList(1, table.size())), DataTypes.StringType));
+    for (String a : args) {
+      values.add(Literal.create(a, DataTypes.StringType));
+    }
     return new Call(
         new UnresolvedProcedure(CollectionConverters.asScala(procedure).toList()),
-        CollectionConverters.asScala(args).toList(),
+        CollectionConverters.asScala(values).toList(),
         true);
   }
 
