@@ -3,6 +3,7 @@ and helpers that read what a namespace holds with Lance's own reader, table by t
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,3 +104,20 @@ def stored_rows(root: str, partition_column: str | None = None) -> list[Row]:
 
 def canonical(rows: Sequence[Row], columns: Sequence[str]) -> list[tuple[Any, ...]]:
     return sorted((tuple(r.get(c) for c in columns) for r in rows), key=lambda t: [(v is None, v) for v in t])
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return (value - EPOCH) // dt.timedelta(microseconds=1)
+    return value
+
+
+def canonical_values(rows: Sequence[Row], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """:func:`canonical` with floats as their repr (NaN equal to NaN, -0.0 apart from 0.0)
+    and instants as microseconds since the epoch."""
+    return canonical([{k: _shown(v) for k, v in r.items()} for r in rows], columns)

@@ -68,9 +68,7 @@ def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _canonical(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Rows sorted, floats as their repr (NaN equal to NaN, -0.0 apart from 0.0)."""
-    shown = [{k: repr(v) if isinstance(v, float) else v for k, v in r.items()} for r in rows]
-    return oracle.canonical(shown, SCHEMA.names)
+    return oracle.canonical_values(rows, SCHEMA.names)
 
 
 def _kept_by_spark(spark: SparkSession, condition: str) -> list[tuple[Any, ...]]:

@@ -85,22 +85,8 @@ def zone(spark: SparkSession, request: pytest.FixtureRequest) -> Iterator[str]:
     spark.conf.set("spark.sql.session.timeZone", before)
 
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def _shown(v: Any) -> Any:
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, dt.datetime):
-        return (v - EPOCH) // dt.timedelta(microseconds=1)
-    return v
-
-
 def _canonical(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Rows sorted, floats as their repr (NaN equal to NaN, -0.0 apart from 0.0), instants as
-    microseconds since the epoch."""
-    shown = [{k: _shown(v) for k, v in r.items()} for r in rows]
-    return oracle.canonical(shown, SCHEMA.names)
+    return oracle.canonical_values(rows, SCHEMA.names)
 
 
 def _by_spark(spark: SparkSession, set: dict[str, str], where: str | None) -> list[tuple[Any, ...]]:
