@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -242,7 +241,7 @@ def update_parameters(set: Mapping[str, str], where: str | None) -> dict[str, st
 class UpdateHere:
     """An update's round as far as this process takes it: its ``result`` when Lance or the
     driver committed it, else what the Spark path of the round needs (the tables ``read``
-    and the commit of its rows); ``engine``: which one made the change."""
+    and the commit of its rows, with the round's session); ``engine``: which one made the change."""
 
     result: RewriteResult | None
     read: Mapping[str, int]
@@ -274,7 +273,7 @@ def update_here(
     read_set = ReadSet(where, dialect, touches=Touches.of_sql(where, dialect, ns.namespace_schema.arrow))
     read = read_set.plan(ns)
 
-    def commit(session: SparkSession | None, gone: pa.Table, incoming: Any, **kw: Any) -> RewriteResult:
+    def commit(gone: pa.Table, incoming: Any, **kw: Any) -> RewriteResult:
         return commit_changes(
             session, ns, gone, incoming, read_set=read_set, read=read, mode="update", started=started, run=run, **kw
         )
@@ -286,7 +285,7 @@ def update_here(
     done = _update_in_arrow(session, ns, set, where, dialect, read)
     if done is not None:
         gone, collected = done
-        result = commit(session, gone, collected, rows_updated=gone.num_rows, operation=Operation("UPDATE", parameters))
+        result = commit(gone, collected, rows_updated=gone.num_rows, operation=Operation("UPDATE", parameters))
         return UpdateHere(result, read, commit, "the driver")
     return UpdateHere(None, read, commit)
 
@@ -324,7 +323,7 @@ def update_rows(
         here = update_here(run, set=set, where=where, dialect=dialect, started=started, session=session)
         if here.result is not None:
             return here.result
-        read, commit = here.read, partial(here.commit, session)
+        read, commit = here.read, here.commit
         names = ns.schema.names
         small = small_target(session, ns, read, filter=where)
         rows = small if small is not None else target_rows(session, ns, read, filter=where, cache=run.cache)
