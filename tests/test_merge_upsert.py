@@ -8,6 +8,7 @@ row are refused in the join path's words."""
 from __future__ import annotations
 
 import decimal
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,16 @@ def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _merge_line(caplog: pytest.LogCaptureFixture) -> str:
+    """The one INFO line the merge logged."""
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and ": merge: " in r.getMessage()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 @pytest.mark.parametrize("source_from", ["parquet", "driver"])
 def test_an_upsert_stores_what_delta_rs_stores(
-    spark: SparkSession, tmp_path: Path, joins: list[int], source_from: str
+    spark: SparkSession, tmp_path: Path, joins: list[int], source_from: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     target = _rows(list(range(0, 400)), ["US", "DE", "FR"], "old")
     # half update existing ids (a third of those under another country: they move), half are new;
@@ -83,24 +91,33 @@ def test_an_upsert_stores_what_delta_rs_stores(
     else:
         df = spark.createDataFrame(pa.Table.from_pylist(source, schema=SCHEMA).to_pandas())
         df = df.selectExpr("CAST(id AS bigint) AS id", "country", "CAST(amount AS decimal(10,2)) AS amount", "note")
+    caplog.set_level(logging.INFO, logger="lance_partitioned")
     result = merge_partitioned(df, root, on="id")
     assert joins == []
     assert (result.rows_updated, result.rows_inserted) == (100, 102)
+    line = _merge_line(caplog)
+    assert "100 rows updated, 102 inserted" in line
+    assert line.endswith("upsert: the source's keys probed in the driver, no join; rows written by the driver")
     stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
     assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)
 
 
 def test_a_key_two_target_rows_hold_goes_through_the_join(
-    spark: SparkSession, tmp_path: Path, joins: list[int]
+    spark: SparkSession, tmp_path: Path, joins: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
     target = [*_rows([1, 2, 3], ["US"], "old"), *_rows([2], ["DE"], "twin")]
     source = _rows([2, 9], ["FR"], "new")
     root = str(tmp_path / "ns")
     write_table(PartitionedNamespace.create(root, SCHEMA, ["country"]), pa.Table.from_pylist(target, schema=SCHEMA))
+    caplog.set_level(logging.INFO, logger="lance_partitioned")
     merge_partitioned(
         spark.createDataFrame(source, "id long, country string, amount decimal(10,2), note string"), root, on="id"
     )
     assert joins == [1]
+    assert _merge_line(caplog).endswith(
+        "Spark joins the source with the target read in the driver (the target's keys were not probed in the "
+        "driver (more than 50,000,000 rows, a table not readable here, or a key two target rows hold))"
+    )
     stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
     assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)
 
@@ -136,3 +153,31 @@ def test_a_target_beyond_the_probe_bound_goes_through_the_join(
     assert joins == [1]
     stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
     assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"matched_condition": "source.note <> target.note"}, "a matched_condition"),
+        ({"when_matched": "delete"}, "when_matched='delete'"),
+        ({"when_not_matched_by_source": "delete"}, "when_not_matched_by_source='delete'"),
+    ],
+)
+def test_the_merge_line_names_why_spark_joins(
+    spark: SparkSession,
+    tmp_path: Path,
+    joins: list[int],
+    caplog: pytest.LogCaptureFixture,
+    options: dict[str, str],
+    reason: str,
+) -> None:
+    root = str(tmp_path / "ns")
+    target = _rows([1, 2, 3], ["US"], "old")
+    write_table(PartitionedNamespace.create(root, SCHEMA, ["country"]), pa.Table.from_pylist(target, schema=SCHEMA))
+    caplog.set_level(logging.INFO, logger="lance_partitioned")
+    source = spark.createDataFrame(
+        _rows([2, 9], ["US"], "new"), "id long, country string, amount decimal(10,2), note string"
+    )
+    merge_partitioned(source, root, on="id", **options)
+    assert joins == [1]
+    assert _merge_line(caplog).endswith(f"({reason})")

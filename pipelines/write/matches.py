@@ -35,9 +35,11 @@ from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.schema import NamespaceSchema
+from partitioning.spec.values import canonical_float
 from partitioning.spec.vectors import spark_facing_schema
 from partitioning.sql.filters import TrueFilter
 from pipelines.columns.schema import spark_schema
+from pipelines.columns.transforms import with_partition_columns
 from pipelines.read_options import read_schema
 from pipelines.session import is_connect
 from pipelines.session_calls import default_parallelism
@@ -51,6 +53,7 @@ __all__ = [
     "MAX_KEY_ROWS",
     "as_int64",
     "integer_like",
+    "key_narrowing",
     "key_probe",
     "keys_comparable",
     "matched_target",
@@ -216,6 +219,39 @@ def key_probe(ns: PartitionedNamespace, keys: Sequence[str], wanted: pa.Table, o
         wanted = wanted.slice(0, 0)
     chunk = (CHUNK_ROWS, CHUNK_BYTES)
     return _Probe(ns.namespace_schema, tuple(output), tuple(keys), wanted, ns.storage_options, ordered, chunk)
+
+
+def key_narrowing(
+    source: DataFrame, ns: PartitionedNamespace, on: Sequence[str], max_values: int
+) -> dict[int, tuple[tuple[str, ...], frozenset[tuple[Any, ...]]]]:
+    """Per spec: the partition fields the keys determine and the source's values of them
+    (a spec whose values number more than ``max_values`` is left out: its partitions are all read)."""
+    schema = ns.namespace_schema
+    used = ns.spec_ids_with_tables()
+    by_spec = {}
+    for spec_id in sorted(used):
+        fields = []
+        for f in ns.specs[spec_id].fields:
+            sources = f.source_fields(schema)
+            if sources and all(s is not None and s.name in on for s in sources):
+                fields.append(f)
+        if fields:
+            by_spec[spec_id] = fields
+    if not by_spec:
+        return {}
+    types = spark_schema(schema)
+    keys = source.select(*[F.col(f"`{k}`").cast(types[k].dataType).alias(k) for k in on])
+    out = {}
+    for spec_id, fields in by_spec.items():
+        columns = [f"__p{f.field_id}" for f in fields]
+        values = with_partition_columns(keys, fields, schema, prefix="__p").select(*columns).distinct()
+        rows = values.limit(max_values + 1).toArrow()
+        if rows.num_rows > max_values:
+            continue
+        tuples = zip(*[rows.column(c).to_pylist() for c in columns], strict=True) if columns else iter(())
+        wanted = frozenset(tuple(canonical_float(v) for v in t) for t in tuples)
+        out[spec_id] = (tuple(f.field_id for f in fields), wanted)
+    return out
 
 
 def refuse_shared_matches(gone: pa.Table, keys: Sequence[str], action: str, key_prefix: str) -> None:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from functools import partial, reduce
-from typing import Any, Literal
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,20 +37,18 @@ from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.spec.values import canonical_float
 from partitioning.storage.history import Operation
 from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches
-from pipelines.columns.transforms import with_partition_columns
 from pipelines.read_options import session_dialect
 from pipelines.shared_roots import driver_root
 from pipelines.spark_errors import where_sql
-from pipelines.write.matches import matched_target, refuse_shared_matches, source_keys
+from pipelines.write.matches import key_narrowing, matched_target, refuse_shared_matches, source_keys
 from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
 from pipelines.write.set_merge import set_merge_values, set_upsert
 from pipelines.write.small import small_copy, small_target
 from pipelines.write.targets import addresses, target_rows
-from pipelines.write.upsert import HeldSource, exact_target_filter, is_upsert
+from pipelines.write.upsert import HeldSource, declined_clauses, exact_target_filter, is_upsert
 
 __all__ = ["merge_partitioned"]
 
@@ -60,6 +59,7 @@ _ACTION = "__lance_merge_action"
 _TARGET = "__lance_merge_target"
 _SOURCE = "__lance_merge_source"
 _KEY = "__lance_merge_key_"
+log = logging.getLogger("lance_partitioned")
 # Narrow the partitions read by the source's key values only up to this many distinct values.
 MAX_KEY_VALUES = 100_000
 
@@ -109,43 +109,6 @@ def _check(
     clash = {_ACTION, _TARGET, _SOURCE, ROW_TABLE, ROW_ADDRESS} & {*source.columns, *names}
     if clash:
         raise InvalidInput(f"merge cannot use a column named {sorted(clash)[0]!r}")
-
-
-def _key_narrowing(
-    source: DataFrame, ns: PartitionedNamespace, on: Sequence[str]
-) -> dict[int, tuple[tuple[str, ...], frozenset[tuple[Any, ...]]]]:
-    """Per spec: the partition fields the keys determine and the source's values of them."""
-    schema = ns.namespace_schema
-    used = ns.spec_ids_with_tables()
-    by_spec = {}
-    for spec_id in sorted(used):
-        fields = []
-        for f in ns.specs[spec_id].fields:
-            sources = f.source_fields(schema)
-            if sources and all(s is not None and s.name in on for s in sources):
-                fields.append(f)
-        if fields:
-            by_spec[spec_id] = fields
-    if not by_spec:
-        return {}
-    keys = source.select(*[F.col(f"`{k}`").cast(_spark_type(schema, k)).alias(k) for k in on])
-    out = {}
-    for spec_id, fields in by_spec.items():
-        columns = [f"__p{f.field_id}" for f in fields]
-        values = with_partition_columns(keys, fields, schema, prefix="__p").select(*columns).distinct()
-        rows = values.limit(MAX_KEY_VALUES + 1).toArrow()
-        if rows.num_rows > MAX_KEY_VALUES:
-            continue
-        tuples = zip(*[rows.column(c).to_pylist() for c in columns], strict=True) if columns else iter(())
-        wanted = frozenset(tuple(canonical_float(v) for v in t) for t in tuples)
-        out[spec_id] = (tuple(f.field_id for f in fields), wanted)
-    return out
-
-
-def _spark_type(schema: NamespaceSchema, name: str) -> Any:
-    from pipelines.columns.schema import spark_schema
-
-    return spark_schema(schema)[name].dataType
 
 
 def _actions(
@@ -217,7 +180,7 @@ def merge_partitioned(
         ns = run.ns
         schema = ns.namespace_schema
         _check(source, schema, keys, when_matched, when_not_matched, set, matched_condition)
-        narrow = {} if when_not_matched_by_source == "delete" else _key_narrowing(data, ns, keys)
+        narrow = {} if when_not_matched_by_source == "delete" else key_narrowing(data, ns, keys, MAX_KEY_VALUES)
         read_set = ReadSet(target_filter, session_dialect(session), narrow)
         read = read_set.plan(ns)
         names = schema.arrow.names
@@ -229,8 +192,11 @@ def merge_partitioned(
             incoming: DataFrame | pa.Table
             if change is not None:  # "delete the matched rows, append the source"
                 gone, incoming, updated, rows = change[0], data, change[0].num_rows, change[1]
+                writer = "the driver" if rows is not None else "Spark's tasks"
+                path[0] = f"upsert: the source's keys probed in the driver, no join; rows written by {writer}"
             elif done is not None:  # "recompute the set columns of the matched rows, insert the rest"
                 (gone, incoming, updated), rows = done, None
+                path[0] = "set= merge computed in the driver, no join"
             return commit_changes(
                 session,
                 ns,
@@ -252,8 +218,15 @@ def merge_partitioned(
             if small is not None
             else _matched(data, ns, read, keys, columns, target_filter, modes, run, held_keys)
         )
+        which = "the target read in the driver" if small is not None else "the target rows whose key the source has"
         if target is None:
             target = target_rows(session, ns, read, filter=target_filter, columns=columns, cache=run.cache)
+            which = "every target row of the partitions read"
+        tried = within is not None or values is not None
+        why = (source_held.why if tried else None) or declined_clauses(
+            modes, set, matched_condition, target_filter, source.columns, names
+        )
+        path[0] = f"Spark joins the source with {which} ({why})"
         joined = _join(target, data, keys, when_not_matched == "insert", when_not_matched_by_source == "delete")
         plan = _plan(joined, names, keys, modes, set, matched_condition).persist()
         try:
@@ -286,7 +259,10 @@ def merge_partitioned(
         finally:
             plan.unpersist()
 
-    return rerun_on_conflict(root, "merge", max_attempts, attempt, storage_options)
+    path = ["not run"]
+    result = rerun_on_conflict(root, "merge", max_attempts, attempt, storage_options)
+    log.info("lance_partitioned: %s; %s", result.summary(), path[0])
+    return result
 
 
 def _with_touches(

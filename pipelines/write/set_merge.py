@@ -15,7 +15,6 @@ type the grammar leaves out, two target rows holding one key) takes Spark's join
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,7 +32,6 @@ from pipelines.write.upsert import HeldSource
 
 __all__ = ["set_merge_values", "set_upsert"]
 
-log = logging.getLogger("lance_partitioned")
 _SOURCE_INDEX, _TARGET_INDEX = "__lance_set_source", "__lance_set_target"
 
 
@@ -71,7 +69,8 @@ def set_upsert(
     """The addresses of the matched target rows, the rows that replace them followed by the
     inserted source rows, and how many were updated; None when the driver cannot do it."""
     if held.rows(ns) is None:
-        return None  # a source too large to collect: Spark's join
+        held.why = "the source is too large to collect"
+        return None  # Spark's join
     names = ns.schema.names
     change = held.upsert(ns, read, names)  # the source collected, its keys probed, duplicates refused
     if change is None or change[1] is None:
@@ -80,7 +79,7 @@ def set_upsert(
     try:
         return _computed(matched, rows, held.keys, names, values)
     except (NotExact, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        log.debug("merge into %s: Spark computes the set values (%s)", ns.root, first_line(exc))
+        held.why = f"a set value is not computed here exactly as Spark ({first_line(exc)})"
         return None
 
 

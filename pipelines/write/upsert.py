@@ -52,6 +52,7 @@ __all__ = [
     "COLLECT_ESTIMATE",
     "PROBE_MAX_ROWS",
     "HeldSource",
+    "declined_clauses",
     "exact_target_filter",
     "is_upsert",
     "matched_rows",
@@ -82,6 +83,30 @@ def is_upsert(
     return plain and modes == ("update", "insert", "ignore") and sorted(source_columns) == sorted(names)
 
 
+def declined_clauses(
+    modes: tuple[str, str, str],
+    set: Mapping[str, str] | None,
+    matched_condition: str | None,
+    target_filter: str | None,
+    source_columns: Sequence[str],
+    names: Sequence[str],
+) -> str:
+    """Why a merge with these clauses is not one the driver computes without a join."""
+    defaults = {"when_matched": "update", "when_not_matched": "insert", "when_not_matched_by_source": "ignore"}
+    other = [f"{k}={m!r}" for (k, d), m in zip(defaults.items(), modes, strict=True) if m != d]
+    if other:
+        return ", ".join(other)
+    if matched_condition:
+        return "a matched_condition"
+    if set and target_filter:
+        return "set= with a target_filter"
+    if sorted(source_columns) != sorted(names):
+        return "the source's columns are not the namespace's" + (" (set= needs its types too)" if set else "")
+    if set:
+        return "a set= value not computed here exactly as Spark, or a source with other column types"
+    return "a target_filter not evaluated here exactly as Spark"
+
+
 def exact_target_filter(session: SparkSession, ns: PartitionedNamespace, target_filter: str | None) -> Filter | None:
     """``target_filter`` bound (:class:`TrueFilter` without one), when this process evaluates
     it exactly as Spark; None when only Spark can."""
@@ -99,6 +124,7 @@ class HeldSource:
         self.source, self.keys, self.small = source, list(keys), small  # small: held in memory already
         self.keys_by_schema: dict[str, pa.Table | None] = {}
         self._rows: dict[str, pa.Table | None] = {}
+        self.why: str | None = None  # why the last upsert() could not be done so (the merge's INFO line)
 
     def upsert(
         self,
@@ -122,12 +148,23 @@ class HeldSource:
             within = None
         if within is not None:
             read_columns += sorted(columns_of(within) - set(read_columns))
-        matched = matched_rows(ns, read, self.keys, wanted, read_columns) if wanted is not None else None
-        if matched is None or wanted is None:
+        if wanted is None:
+            self.why = (
+                "the source's keys were not collected (a key type Arrow does not compare as Spark, "
+                f"a non-deterministic source, or more than {MAX_KEY_ROWS:,} keys)"
+            )
+            return None
+        matched = matched_rows(ns, read, self.keys, wanted, read_columns)
+        if matched is None:
+            self.why = (
+                f"the target's keys were not probed in the driver (more than {PROBE_MAX_ROWS:,} rows, "
+                "a table not readable here, or a key two target rows hold)"
+            )
             return None
         if within is not None:
             predicate = arrow_predicate(within, ns.namespace_schema.arrow)
             if predicate is None:
+                self.why = "the target_filter is not evaluated in Arrow"
                 return None
             matched = matched.filter(predicate).select([*(columns or self.keys), ROW_TABLE, ROW_ADDRESS])
         refuse_duplicate_keys(matched, wanted, self.keys)
