@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioning.tables.rewrites import addresses_of
+from partitioning.plan.table_rows import addresses_of
 
 pairs = st.lists(
     st.tuples(st.sampled_from(["v1$a$dataset", "v1$b$dataset", "ß$c"]), st.integers(0, 2**40)), max_size=300

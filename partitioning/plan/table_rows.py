@@ -4,14 +4,16 @@ A :class:`TableSlice` is one partition table (or a group of its fragments) at th
 ``__manifest`` records for it; :func:`read_table` streams its rows, reconciled with the namespace
 schema by field id (:func:`partitioning.storage.alignment.reconcile`) and filtered with Spark's
 semantics. Spark's tasks read through :func:`pipelines.source.slices.read_slice`, other tools
-through :func:`partitioning.service.arrow.dataset`."""
+through :func:`partitioning.service.arrow.dataset`. :func:`addresses_of` groups such rows'
+addresses by table (the rows a rewrite deletes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import lance
+import numpy as np
 import pyarrow as pa
 
 from partitioning.errors import CorruptNamespace, translate_lance_errors
@@ -22,7 +24,7 @@ from partitioning.sql.rowfilter import arrow_predicate, lance_filter
 from partitioning.state.scan import ScanTask
 from partitioning.storage.alignment import dataset_columns, reconcile
 
-__all__ = ["ROW_ADDRESS", "ROW_TABLE", "TableSlice", "read_table"]
+__all__ = ["ROW_ADDRESS", "ROW_TABLE", "TableSlice", "addresses_by_table", "addresses_of", "read_table"]
 
 
 # The columns a read ``with_row_address`` ends with: each row's table and Lance row address.
@@ -113,3 +115,29 @@ def _translated(batches: Iterator[pa.RecordBatch], object_id: str) -> Iterator[p
         if batch is None:
             return
         yield batch
+
+
+def addresses_of(table: pa.Table, tables: str, addresses: str) -> dict[str, list[int]]:
+    """:func:`addresses_by_table` of the columns ``tables`` and ``addresses`` of ``table``, in Arrow and numpy."""
+    if table.num_rows == 0:
+        return {}
+    encoded = table.column(tables).combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = table.column(addresses).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = (codes[1:] != codes[:-1]) | (values[1:] != values[:-1])
+    codes, values = codes[keep], values[keep]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    names = encoded.dictionary.to_pylist()
+    return {names[codes[a]]: values[a:b].tolist() for a, b in zip(starts, ends, strict=True)}
+
+
+def addresses_by_table(tables: Iterable[str], addresses: Iterable[int]) -> dict[str, list[int]]:
+    """Group (table, address) pairs into object_id -> sorted unique addresses."""
+    out: dict[str, set[int]] = {}
+    for table, address in zip(tables, addresses, strict=True):
+        out.setdefault(table, set()).add(int(address))
+    return {t: sorted(a) for t, a in out.items()}

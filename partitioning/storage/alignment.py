@@ -192,11 +192,17 @@ def as_latest(uri: str, version: int, storage_options: Mapping[str, str] | None)
     return restore_as_latest(uri, version, storage_options)[0]
 
 
-def latest_keeping_indexes(uri: str, version: int, storage_options: Mapping[str, str] | None) -> lance.LanceDataset:
+def latest_keeping_indexes(
+    uri: str,
+    version: int,
+    storage_options: Mapping[str, str] | None,
+    *,
+    opened: lance.LanceDataset | None = None,
+) -> lance.LanceDataset:
     """:func:`as_latest` for maintenance: ``version``'s content as the latest version, plus
     the indexes other clients built since (:func:`carry_indexes`), so a delete or a
-    compaction committed on top keeps them."""
-    head, ahead = restore_as_latest(uri, version, storage_options)
+    compaction committed on top keeps them. ``opened``: as in :func:`restore_as_latest`."""
+    head, ahead = restore_as_latest(uri, version, storage_options, opened=opened)
     if ahead is None:
         return head
     kept = {f.fragment_id for f in head.get_fragments()}
@@ -208,13 +214,21 @@ def latest_keeping_indexes(uri: str, version: int, storage_options: Mapping[str,
 
 
 def restore_as_latest(
-    uri: str, version: int, storage_options: Mapping[str, str] | None
+    uri: str,
+    version: int,
+    storage_options: Mapping[str, str] | None,
+    *,
+    opened: lance.LanceDataset | None = None,
 ) -> tuple[lance.LanceDataset, lance.LanceDataset | None]:
     """:func:`as_latest`, plus the latest version as it was before the restore, if it was ahead.
 
     The restore is a Lance ``Restore`` committed with :data:`COMMIT_MESSAGE` (``ds.restore()``
     takes no message), so vacuum knows it as this project's (:func:`partitioning.storage.orphans.made_here`).
+    ``opened``: ``uri`` opened at ``version`` on its main branch by the caller; returned as it
+    is when ``version`` is still the latest (no second open of the table).
     """
+    if opened is not None and opened.version == version and opened.latest_version == version:
+        return opened, None
     opts = dict(storage_options) if storage_options else None
     with translate_lance_errors(f"open {uri}"):
         latest = lance.dataset(uri, storage_options=opts)

@@ -247,6 +247,7 @@ def commit_version(
     base: lance.LanceDataset | None = None,
     attempts: int = DEFAULT_COMMIT_ATTEMPTS,
     verify: bool = True,
+    base_on_main: bool = False,
 ) -> int:
     """Commit a version holding ``base``'s fragments (if any) plus the new ``fragments``.
 
@@ -258,6 +259,8 @@ def commit_version(
 
     First every data file of ``fragments`` must exist (:func:`check_data_files`; skipped
     with ``verify=False`` by a caller that just checked them), or nothing is committed.
+    ``base_on_main``: ``base`` was opened on the main branch, so when it is still the latest
+    version the first attempt commits on it without opening the table again.
     """
     if verify:
         check_data_files(uri, fragments, f"commit {uri}", storage_options)
@@ -267,7 +270,8 @@ def commit_version(
     last: ConcurrentModification | None = None
     for attempt in range(attempts):
         try:
-            head, ahead = restore_as_latest(uri, base.version, storage_options)
+            opened = base if base_on_main and attempt == 0 else None
+            head, ahead = restore_as_latest(uri, base.version, storage_options, opened=opened)
             if not is_aligned(head, schema):
                 head = align_schema(uri, head, schema, storage_options)
             keep = [f.metadata for f in head.get_fragments() if f.fragment_id in kept]

@@ -25,13 +25,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import lance
-import numpy as np
 import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
@@ -157,6 +156,7 @@ def delete_and_append(
     storage_options: Mapping[str, str] | None,
     *,
     attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+    base_on_main: bool = False,
 ) -> int:
     """Commit ONE version of ``uri``: ``base``'s fragments minus the rows at ``addresses``
     (Lance deletion vectors; a fragment losing every row is dropped) plus ``fragments``.
@@ -165,7 +165,7 @@ def delete_and_append(
     committed after ``base``. Indexes other clients built since are first carried over
     onto ``base``'s content when still valid (:func:`partitioning.storage.alignment.latest_keeping_indexes`);
     the Lance ``Update`` on top keeps them (deleted rows are masked, new fragments are
-    unindexed). Returns the version.
+    unindexed). Returns the version. ``base_on_main``: as in :func:`partitioning.storage.datasets.commit_version`.
     """
     kept = {f.fragment_id for f in base.get_fragments()}
     offsets: dict[int, list[int]] = {}
@@ -179,7 +179,8 @@ def delete_and_append(
     last: ConcurrentModification | None = None
     for attempt in range(attempts):
         try:
-            head = latest_keeping_indexes(uri, base.version, storage_options)
+            opened = base if base_on_main and attempt == 0 else None
+            head = latest_keeping_indexes(uri, base.version, storage_options, opened=opened)
             if not is_aligned(head, schema):
                 head = align_schema(uri, head, schema, storage_options)
             updated, removed = [], []
@@ -272,11 +273,17 @@ def _changes(
 
 def _commit_one(change: _Change, ns: PartitionedNamespace, schema: NamespaceSchema) -> TableCommit:
     assert change.commit is not None
-    base = ns.open_table(change.table) if change.table is not None else None
+    table = change.table
+    base = ns.open_table(table) if table is not None else None
+    main, uri, opts = (
+        table is not None and table.read_branch is None and table.read_tag is None,
+        change.uri,
+        ns.storage_options,
+    )
     if base is None or not change.addresses:
-        version = commit_version(change.uri, schema, change.fragments, ns.storage_options, base=base, verify=False)
+        version = commit_version(uri, schema, change.fragments, opts, base=base, verify=False, base_on_main=main)
     else:
-        version = delete_and_append(change.uri, schema, base, change.fragments, change.addresses, ns.storage_options)
+        version = delete_and_append(uri, schema, base, change.fragments, change.addresses, opts, base_on_main=main)
     c = change.commit
     return TableCommit(c.spec_id, c.values, c.location, version, c.object_id)
 
@@ -370,29 +377,3 @@ def commit_rewrite(
         f"{mode} on {ns.root} gave up after {max_attempts} __manifest commit attempts lost to concurrent writers; "
         f"nothing of it is visible (last conflict: {last})"
     ) from last
-
-
-def addresses_of(table: pa.Table, tables: str, addresses: str) -> dict[str, list[int]]:
-    """:func:`addresses_by_table` of the columns ``tables`` and ``addresses`` of ``table``, in Arrow and numpy."""
-    if table.num_rows == 0:
-        return {}
-    encoded = table.column(tables).combine_chunks().dictionary_encode()
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    values = table.column(addresses).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
-    order = np.lexsort((values, codes))
-    codes, values = codes[order], values[order]
-    keep = np.ones(len(values), dtype=bool)
-    keep[1:] = (codes[1:] != codes[:-1]) | (values[1:] != values[:-1])
-    codes, values = codes[keep], values[keep]
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    ends = np.r_[starts[1:], len(codes)]
-    names = encoded.dictionary.to_pylist()
-    return {names[codes[a]]: values[a:b].tolist() for a, b in zip(starts, ends, strict=True)}
-
-
-def addresses_by_table(tables: Iterable[str], addresses: Iterable[int]) -> dict[str, list[int]]:
-    """Group (table, address) pairs into object_id -> sorted unique addresses."""
-    out: dict[str, set[int]] = {}
-    for table, address in zip(tables, addresses, strict=True):
-        out.setdefault(table, set()).add(int(address))
-    return {t: sorted(a) for t, a in out.items()}

@@ -21,14 +21,13 @@ from typing import Any
 
 from partitioning.errors import InvalidInput, PartitioningError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice, addresses_of
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, Filter, TrueFilter, columns_of, is_exactly_understood
 from partitioning.sql.predicates import predicates_from_json
 from partitioning.sql.rowfilter import arrow_predicate
 from partitioning.state.scan import ScanTask
 from partitioning.tables.deletes import delete_rows
-from partitioning.tables.rewrites import addresses_of
 from pipelines.read.local import matching_table, opened_tables, within
 
 __all__ = ["MAX_ROWS", "delete_matching_rows", "exact_delete"]

@@ -28,14 +28,14 @@ from pyspark.sql.types import StructType
 
 from partitioning.errors import InvalidInput, PartitioningError
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, addresses_of
 from partitioning.sql.filters import Dialect
 from partitioning.storage.history import Operation
 from partitioning.storage.leases import release_lease, take_lease
 from partitioning.storage.roots import storage_options_from
 from partitioning.tables.fragments import FragmentWriter, add_partition_columns
 from partitioning.tables.rebase import Touches
-from partitioning.tables.rewrites import ReadSet, RewriteResult, addresses_of, commit_rewrite
+from partitioning.tables.rewrites import ReadSet, RewriteResult, commit_rewrite
 from partitioning.tables.write import conform_table
 from pipelines.source.writer import fragment_messages, reported_errors
 from pipelines.write.matches import MAX_KEY_ROWS, schema_keys_comparable

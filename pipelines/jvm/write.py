@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 from partitioning.errors import ConcurrentModification, InvalidInput
 from partitioning.namespace import PartitionedNamespace
 from partitioning.plan.identity_match import identity_columns, matching_tables
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, addresses_by_table
 from partitioning.sql.binding import bind
 from partitioning.sql.filters import Dialect, TrueFilter, columns_of, to_sql
 from partitioning.sql.predicates import predicates_from_json
@@ -52,7 +52,7 @@ from partitioning.storage.roots import storage_options_from
 from partitioning.tables.deletes import rows_matching
 from partitioning.tables.fragments import FragmentWriter, add_partition_columns
 from partitioning.tables.messages import part_column
-from partitioning.tables.rewrites import ReadSet, ReadSetChanged, Touches, addresses_by_table, commit_rewrite
+from partitioning.tables.rewrites import ReadSet, ReadSetChanged, Touches, commit_rewrite
 from partitioning.tables.write import commit_write, conform_table
 from pipelines.jvm.drop import drop_matching
 from pipelines.source.writer import LancePartitionedWriter, fragment_messages, reported_errors

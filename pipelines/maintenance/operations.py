@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, addresses_of
 from partitioning.sql.filters import Filter
 from partitioning.state.scan import ScanTask
 from partitioning.storage.guard import guarded
@@ -40,7 +40,6 @@ from partitioning.tables.deletes import RowMatcher
 from partitioning.tables.deletes import delete_rows as delete_rows_local
 from partitioning.tables.deletes import drop_partitions as drop_partitions_local
 from partitioning.tables.maintenance import MaintenanceReport, optimize_manifest
-from partitioning.tables.rewrites import addresses_of
 from partitioning.tables.vacuum import vacuum
 from pipelines.read_options import dialect_options, session_dialect
 from pipelines.session_calls import describe_jobs

@@ -28,13 +28,13 @@ from pyspark.sql import functions as F
 
 from partitioning.errors import InvalidInput, first_line
 from partitioning.namespace import PartitionedNamespace
-from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE
+from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, addresses_of
 from partitioning.sql.assign import NotExact, assigned, assignments
 from partitioning.sql.filters import Filter, TrueFilter
 from partitioning.sql.tokens import Dialect
 from partitioning.storage.history import Operation
 from partitioning.tables.lance_updates import update_in_lance
-from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, addresses_of, commit_rewrite
+from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, commit_rewrite
 from pipelines.read_options import session_dialect
 from pipelines.session import is_connect
 from pipelines.session_calls import describe_jobs
