@@ -185,17 +185,17 @@ def merge_partitioned(
         read = read_set.plan(ns)
         names = schema.arrow.names
         within = exact_target_filter(session, ns, target_filter) if upsert(source.columns, names) else None
-        change = source_held.upsert(ns, read, within=within) if within is not None else None
+        change = source_held.upsert(ns, read, within=within, prewrite=True) if within is not None else None
         values = set_merge_values(source, ns, set, session_dialect(session), modes, matched_condition, target_filter)
         done = set_upsert(source_held, ns, read, values) if values is not None else None
         if change is not None or done is not None:  # computed in the driver, no join in Spark
             incoming: DataFrame | pa.Table
             if change is not None:  # "delete the matched rows, append the source"
-                gone, incoming, updated, rows = change[0], data, change[0].num_rows, change[1]
+                (gone, rows, written), incoming, updated = change, data, change[0].num_rows
                 writer = "the driver" if rows is not None else "Spark's tasks"
                 path[0] = f"upsert: the source's keys probed in the driver, no join; rows written by {writer}"
             elif done is not None:  # "recompute the set columns of the matched rows, insert the rest"
-                (gone, incoming, updated), rows = done, None
+                (gone, incoming, updated), rows, written = done, None, None
                 path[0] = "set= merge computed in the driver, no join"
             return commit_changes(
                 session,
@@ -210,6 +210,7 @@ def merge_partitioned(
                 started=started,
                 run=run,
                 rows=rows,
+                written=written,
             )
         columns = None if set is not None or matched_condition is not None or target_filter is not None else keys
         small = small_target(session, ns, read, filter=target_filter, columns=columns) if held is not None else None

@@ -33,6 +33,7 @@ from partitioning.sql.assign import NotExact, assigned, assignments
 from partitioning.sql.filters import Filter, TrueFilter
 from partitioning.sql.tokens import Dialect
 from partitioning.storage.history import Operation
+from partitioning.tables.fragments import FragmentWriter
 from partitioning.tables.lance_updates import update_in_lance
 from partitioning.tables.rewrites import ReadSet, RewriteResult, Touches, commit_rewrite
 from pipelines.read_options import session_dialect
@@ -68,16 +69,21 @@ def commit_changes(
     run: Round,
     local: bool | None = None,
     rows: pa.Table | None = None,
+    written: tuple[pa.Table, FragmentWriter] | None = None,
 ) -> RewriteResult:
     """Write ``incoming`` as fragments and commit them with the deletion of ``gone``'s rows,
     on the protected path of ``run`` (the operation's current round); history records
     ``operation`` with the commit's metrics (and its duration since ``started``).
     ``local``: whether the driver writes ``incoming`` (None: Spark's size estimate decides);
     ``rows``: ``incoming``'s rows, conformed and collected already (the driver writes them);
-    ``incoming`` may also be such rows itself (no DataFrame made)."""
+    ``incoming`` may also be such rows itself (no DataFrame made); ``written``: ``incoming``
+    written already (:func:`pipelines.write.fragments.write_rows`' messages and writer)."""
     deletions = addresses_of(gone, ROW_TABLE, ROW_ADDRESS)
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
-    if incoming is None:
+    if written is not None:
+        messages, writer = written
+        spec_id, schema = writer.planner.spec_id, writer.schema
+    elif incoming is None:
         messages, spec_id, schema = _no_messages(ns)
     elif isinstance(incoming, pa.Table):
         messages, writer = write_rows(incoming, ns, **dict(sizes or {}))
@@ -106,8 +112,6 @@ def commit_changes(
 
 
 def _no_messages(ns: PartitionedNamespace) -> tuple[pa.Table, int, Any]:
-    from partitioning.tables.fragments import FragmentWriter
-
     writer = FragmentWriter.for_namespace(ns)
     return writer.output_schema.empty_table(), writer.planner.spec_id, writer.schema
 

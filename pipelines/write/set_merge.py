@@ -75,7 +75,7 @@ def set_upsert(
     change = held.upsert(ns, read, names)  # the source collected, its keys probed, duplicates refused
     if change is None or change[1] is None:
         return None
-    matched, rows = change
+    matched, rows, _ = change
     try:
         return _computed(matched, rows, held.keys, names, values)
     except (NotExact, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

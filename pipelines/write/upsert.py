@@ -40,11 +40,12 @@ from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.sql.filters import Filter, TrueFilter, columns_of
 from partitioning.sql.rowfilter import arrow_predicate
+from partitioning.tables.fragments import FragmentWriter
 from pipelines.read.local import OPENERS, opened_tables
 from pipelines.session import is_connect
 from pipelines.spark_errors import spark_errors
 from pipelines.write.file_rows import file_rows
-from pipelines.write.fragments import conform_dataframe
+from pipelines.write.fragments import conform_dataframe, write_rows
 from pipelines.write.matches import MAX_KEY_ROWS, as_int64, integer_like, key_probe, keys_comparable, source_keys
 from pipelines.write.small import pushed_filter
 
@@ -63,6 +64,7 @@ __all__ = [
 COLLECT_ESTIMATE = 16 << 20
 FILE_COLLECT_BYTES = 64 << 20  # a source of parquet files pyarrow reads (pipelines.write.file_rows)
 PROBE_MAX_ROWS = 50_000_000  # target rows whose keys the driver reads; beyond, Spark's tasks do
+Written = tuple[pa.Table, FragmentWriter]  # commit messages and the writer (write_rows)
 
 log = logging.getLogger("lance_partitioned")
 
@@ -133,11 +135,15 @@ class HeldSource:
         columns: Sequence[str] | None = None,
         *,
         within: Filter | None = None,
-    ) -> tuple[pa.Table, pa.Table | None] | None:
+        prewrite: bool = False,
+    ) -> tuple[pa.Table, pa.Table | None, Written | None] | None:
         """The target rows (:func:`matched_rows`, with ``columns``: default the keys) the upsert
-        deletes and the source's rows conformed and collected (None: Spark's tasks write
-        them); None when it cannot be done so. ``within`` (a target filter, bound and exactly
-        understood): only the target rows it selects match (Spark's answer on them, in Arrow)."""
+        deletes, the source's rows conformed and collected (None: Spark's tasks write
+        them) and, with ``prewrite``, those rows written as fragments (:func:`write_rows`, in a
+        thread while the target's keys are probed: the upsert appends them whatever matches);
+        None when it cannot be done so (fragments written then are never committed). ``within``
+        (a target filter, bound and exactly understood): only the target rows it selects match
+        (Spark's answer on them, in Arrow)."""
         schema = ns.namespace_schema.to_json()
         self.rows(ns)
         if schema not in self.keys_by_schema:
@@ -154,7 +160,11 @@ class HeldSource:
                 f"a non-deterministic source, or more than {MAX_KEY_ROWS:,} keys)"
             )
             return None
-        matched = matched_rows(ns, read, self.keys, wanted, read_columns)
+        rows = self._rows.get(schema)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            writing = pool.submit(write_rows, rows, ns) if prewrite and rows is not None else None
+            matched = matched_rows(ns, read, self.keys, wanted, read_columns)
+            written = writing.result() if writing is not None else None
         if matched is None:
             self.why = (
                 f"the target's keys were not probed in the driver (more than {PROBE_MAX_ROWS:,} rows, "
@@ -168,7 +178,7 @@ class HeldSource:
                 return None
             matched = matched.filter(predicate).select([*(columns or self.keys), ROW_TABLE, ROW_ADDRESS])
         refuse_duplicate_keys(matched, wanted, self.keys)
-        return matched, self._rows.get(schema)
+        return matched, rows, written
 
     def rows(self, ns: PartitionedNamespace) -> pa.Table | None:
         """The source's rows conformed to ``ns``'s schema and collected here (and their keys
