@@ -9,7 +9,7 @@ addresses by table (the rows a rewrite deletes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import lance
@@ -31,6 +31,9 @@ __all__ = ["ROW_ADDRESS", "ROW_TABLE", "TableSlice", "addresses_by_table", "addr
 ROW_TABLE = "_lance_table"
 
 ROW_ADDRESS = "_lance_rowaddr"
+
+# Rows of a table's scan shaped together (Lance's batches of small fragments are gathered).
+GROUP_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ def read_table(
     *,
     exact: Filter | None = None,
     row_address: bool = False,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream one partition's rows as namespace-shaped batches, typed as Spark reads them
     (a vector column as a plain list, :func:`partitioning.spec.vectors.spark_facing_schema`).
@@ -67,7 +71,9 @@ def read_table(
 
     ``scan_filter`` (bound) goes into the Lance scan as far as Lance evaluates it like
     Spark, so the scan returns a superset of the matching rows; ``exact`` (bound, fully
-    understood) is then applied to the rows in Arrow with Spark's semantics.
+    understood) is then applied to the rows in Arrow with Spark's semantics. ``keep``: the
+    rows of each batch to yield (given the batch with namespace names and types), before
+    it is shaped: a probe that keeps few rows shapes only those.
     """
     mapping = dataset_columns(dataset.schema, schema)
     exact = exact if exact is not None and not isinstance(exact, TrueFilter) else None
@@ -92,19 +98,36 @@ def read_table(
         batches = scanner.to_batches()
     out_schema = spark_facing_schema(pa.schema([schema.arrow.field(c) for c in output]))
     predicate = arrow_predicate(exact, schema.arrow) if exact is not None else None
-    for batch in _translated(batches, partition.object_id):
-        raw = pa.Table.from_batches([batch])
+    for raw in _grouped(_translated(batches, partition.object_id)):
         table = reconcile(raw, mapping, needed, schema, partition.object_id)
         if row_address:
             table = table.append_column(ROW_ADDRESS, raw.column("_rowaddr").cast(pa.int64()))
         if predicate is not None:
             table = table.filter(predicate)
+        if keep is not None:
+            table = keep(table)
         shaped = table.select(list(output)).cast(out_schema)
         if row_address:
             table_ids = pa.nulls(shaped.num_rows, pa.string()).fill_null(partition.object_id)  # in C++, not a list
             shaped = shaped.append_column(pa.field(ROW_TABLE, pa.string(), nullable=False), table_ids)
             shaped = shaped.append_column(pa.field(ROW_ADDRESS, pa.int64(), nullable=False), table.column(ROW_ADDRESS))
         yield from shaped.to_batches()
+
+
+def _grouped(batches: Iterator[pa.RecordBatch], rows: int = GROUP_ROWS) -> Iterator[pa.Table]:
+    """``batches`` as tables of at least ``rows`` rows (the last may hold fewer): Lance yields
+    at least one batch per fragment, and a table of many small fragments is shaped a few
+    times instead of once per fragment."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(held)
+            held, count = [], 0
+    if held:
+        yield pa.Table.from_batches(held)
 
 
 def _translated(batches: Iterator[pa.RecordBatch], object_id: str) -> Iterator[pa.RecordBatch]:

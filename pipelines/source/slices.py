@@ -9,7 +9,7 @@ and the small rewrites all read rows through here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import lance
 import pyarrow as pa
@@ -34,15 +34,18 @@ def read_slice(
     row_address: bool = False,
     storage_options: Mapping[str, str] | None = None,
     dataset: lance.LanceDataset | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`read_table` of one slice, opened at its version unless ``dataset`` is that
-    table already; any error is one line naming the table."""
+    """:func:`read_table` of one slice (``keep``: as there), opened at its version unless
+    ``dataset`` is that table already; any error is one line naming the table."""
     try:
         if dataset is None:
             dataset = open_partition_table(
                 piece.uri, piece.read_version, piece.read_branch, piece.read_tag, storage_options
             )
-        yield from read_table(dataset, piece, schema, output, scan_filter, exact=exact, row_address=row_address)
+        yield from read_table(
+            dataset, piece, schema, output, scan_filter, exact=exact, row_address=row_address, keep=keep
+        )
     except PartitioningError as exc:
         hide_worker_traceback()
         if piece.object_id in str(exc):

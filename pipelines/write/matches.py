@@ -133,13 +133,15 @@ class _Probe:
     storage_options: Any
     ordered: np.ndarray | None  # one integer-like key: its values as sorted int64
     chunk: tuple[int, int]  # rows, bytes held before a probe
+    bits: tuple[int, int, np.ndarray] | None = None  # those values as a bitmap: (lowest, highest, bits)
 
     def matching(
         self, slices: Sequence[TableSlice], opened: Mapping[str, Any] | None = None
     ) -> Iterator[pa.RecordBatch]:
         """The rows of ``slices`` whose key tuple is wanted. Arrow builds a hash table of the
         wanted keys per call, so batches are held up to ``chunk`` (:data:`CHUNK_ROWS` rows or
-        :data:`CHUNK_BYTES` bytes) and probed together; sorted int64s are probed per batch.
+        :data:`CHUNK_BYTES` bytes) and probed together; sorted int64s are probed per batch as
+        it is read, before it is shaped (only the rows kept get their table's id).
         ``opened``: datasets opened already at the slices' versions, by object id."""
         held: list[pa.RecordBatch] = []
         rows = size = 0
@@ -152,10 +154,14 @@ class _Probe:
                 row_address=True,
                 storage_options=self.storage_options,
                 dataset=(opened or {}).get(piece.object_id),
+                keep=self.keep if self.ordered is not None else None,  # each batch probed as it is read
             ):
+                if self.ordered is not None:
+                    yield batch
+                    continue
                 held.append(batch)
                 rows, size = rows + batch.num_rows, size + batch.nbytes
-                if self.ordered is not None or rows >= self.chunk[0] or size >= self.chunk[1]:
+                if rows >= self.chunk[0] or size >= self.chunk[1]:
                     yield from self.keep(pa.Table.from_batches(held)).to_batches()
                     held, rows, size = [], 0, 0
         if held:
@@ -170,8 +176,14 @@ class _Probe:
         if self.ordered is None:
             return table.filter(pc.is_in(column, value_set=self.wanted.column(0)))
         values = as_int64(column.fill_null(0) if column.null_count else column)
-        at = np.minimum(np.searchsorted(self.ordered, values), len(self.ordered) - 1)
-        mask = self.ordered[at] == values
+        if self.bits is not None:
+            low, high, bits = self.bits
+            mask = (values >= low) & (values <= high)
+            at = np.where(mask, values - np.where(mask, low, values), 0)  # no overflow outside the range
+            mask &= ((bits[at >> 3] >> (at & 7).astype(np.uint8)) & 1).astype(bool)
+        else:
+            at = np.minimum(np.searchsorted(self.ordered, values), len(self.ordered) - 1)
+            mask = self.ordered[at] == values
         if column.null_count:
             mask &= pc.is_valid(column).to_numpy(zero_copy_only=False)
         return table.filter(pa.array(mask))
@@ -213,12 +225,26 @@ def key_probe(ns: PartitionedNamespace, keys: Sequence[str], wanted: pa.Table, o
     # the keys typed as the rows are read (Spark-facing Arrow types), once, here
     read_types = spark_facing_schema(pa.schema([ns.namespace_schema.arrow.field(k) for k in keys]))
     wanted = wanted.select(list(keys)).cast(read_types)
-    ordered = None
+    ordered = bits = None
     if len(keys) == 1 and integer_like(read_types.field(0).type):
         ordered = np.sort(as_int64(wanted.column(0)))  # a probe needs only the sorted values
         wanted = wanted.slice(0, 0)
+        bits = _bitmap(ordered)
     chunk = (CHUNK_ROWS, CHUNK_BYTES)
-    return _Probe(ns.namespace_schema, tuple(output), tuple(keys), wanted, ns.storage_options, ordered, chunk)
+    return _Probe(ns.namespace_schema, tuple(output), tuple(keys), wanted, ns.storage_options, ordered, chunk, bits)
+
+
+def _bitmap(ordered: np.ndarray) -> tuple[int, int, np.ndarray] | None:
+    """Sorted int64s as one bit per value from the lowest to the highest, when that takes at
+    most the bytes of the values themselves (a probe then tests a bit instead of a binary search)."""
+    if ordered.size == 0:
+        return None
+    low, high = int(ordered[0]), int(ordered[-1])
+    if high - low >= 64 * ordered.size:
+        return None
+    present = np.zeros(high - low + 1, dtype=bool)
+    present[ordered - low] = True
+    return low, high, np.packbits(present, bitorder="little")
 
 
 def key_narrowing(
