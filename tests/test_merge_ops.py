@@ -176,9 +176,10 @@ def test_insert_needs_every_column_in_the_source(spark: SparkSession, tmp_path: 
 
 
 def _inject_once(monkeypatch: pytest.MonkeyPatch, action: Any) -> list[int]:
-    """Run ``action`` (a real concurrent commit) the first time the merge writes its fragments."""
+    """Run ``action`` (a real concurrent commit) the first time the merge commits, after it has
+    read the target and written its fragments (every way a merge goes commits through here)."""
     calls: list[int] = []
-    real = rewrite.write_fragments
+    real = rewrite.commit_rewrite
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -186,7 +187,7 @@ def _inject_once(monkeypatch: pytest.MonkeyPatch, action: Any) -> list[int]:
             action()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rewrite, "write_fragments", wrapped)
+    monkeypatch.setattr(rewrite, "commit_rewrite", wrapped)
     return calls
 
 
@@ -274,7 +275,7 @@ def test_a_merge_that_keeps_losing_fails_with_nothing_committed(
 ) -> None:
     root = str(tmp_path / "ns")
     ns = _namespace(root)
-    real = rewrite.write_fragments
+    real = rewrite.commit_rewrite
 
     def always(*args: Any, **kwargs: Any) -> Any:
         # a row with a key of the source: the merge cannot be rebased onto it (an unrelated
@@ -282,7 +283,7 @@ def test_a_merge_that_keeps_losing_fails_with_nothing_committed(
         write_table(ns, pa.Table.from_pylist([{"id": 1, "p": 0, "v": 10}], schema=SCHEMA))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rewrite, "write_fragments", always)
+    monkeypatch.setattr(rewrite, "commit_rewrite", always)
     with pytest.raises(ConcurrentModification, match="kept changing"):
         merge_partitioned(_source(spark, [(1, 0, 5)]), root, on="id", max_attempts=2)
     assert {r["v"] for r in oracle.stored_rows(root) if r["id"] == 1} == {10}

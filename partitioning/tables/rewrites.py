@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lance
+import numpy as np
 import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
@@ -168,9 +169,7 @@ def delete_and_append(
     unindexed). Returns the version. ``base_on_main``: as in :func:`partitioning.storage.datasets.commit_version`.
     """
     kept = {f.fragment_id for f in base.get_fragments()}
-    offsets: dict[int, list[int]] = {}
-    for address in addresses:
-        offsets.setdefault(int(address) >> _OFFSET_BITS, []).append(int(address))
+    offsets = _offsets_by_fragment(addresses)
     unknown = sorted(set(offsets) - kept)
     if unknown:
         raise ConcurrentModification(
@@ -186,10 +185,10 @@ def delete_and_append(
             updated, removed = [], []
             with translate_lance_errors(f"delete rows from {uri}"):
                 for fragment in head.get_fragments():
-                    gone = sorted(set(offsets.get(fragment.fragment_id, ())))
+                    gone = offsets.get(fragment.fragment_id)
                     if not gone or fragment.fragment_id not in kept:
                         continue
-                    meta = fragment.delete_rows([a & _OFFSET_MASK for a in gone])
+                    meta = fragment.delete_rows(gone)
                     if meta is None:
                         removed.append(fragment.fragment_id)
                     else:
@@ -200,6 +199,17 @@ def delete_and_append(
             last = exc
             time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
     raise ConcurrentModification(f"gave up committing {uri} after {attempts} attempts: {last}") from last
+
+
+def _offsets_by_fragment(addresses: Sequence[int]) -> dict[int, list[int]]:
+    """Row addresses (fragment id in the high 32 bits) as fragment id -> sorted unique row offsets."""
+    values = np.unique(np.asarray(addresses, dtype=np.int64))
+    if values.size == 0:
+        return {}
+    fragment_ids = values >> _OFFSET_BITS
+    starts = np.flatnonzero(np.r_[True, fragment_ids[1:] != fragment_ids[:-1]])
+    ends = np.r_[starts[1:], values.size]
+    return {int(fragment_ids[a]): (values[a:b] & _OFFSET_MASK).tolist() for a, b in zip(starts, ends, strict=True)}
 
 
 def _commit_update(
