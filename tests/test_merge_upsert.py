@@ -68,6 +68,25 @@ def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _unreferenced(root: str) -> list[str]:
+    """Data files under ``root`` that no version of their Lance dataset references (asked of Lance)."""
+    import lance
+
+    found = []
+    for data in Path(root).rglob("data"):
+        if not data.is_dir():
+            continue
+        table = data.parent
+        referenced: set[str] = set()
+        if (table / "_versions").is_dir():
+            ds = lance.dataset(str(table))
+            for version in ds.versions():
+                for fragment in ds.checkout_version(version["version"]).get_fragments():
+                    referenced.update(f.path for f in fragment.metadata.files)
+        found += [str(f) for f in data.glob("*.lance") if f.name not in referenced]
+    return found
+
+
 def _merge_line(caplog: pytest.LogCaptureFixture) -> str:
     """The one INFO line the merge logged."""
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and ": merge: " in r.getMessage()]
@@ -118,6 +137,7 @@ def test_a_key_two_target_rows_hold_goes_through_the_join(
         "Spark joins the source with the target read in the driver (the target's keys were not probed in the "
         "driver (more than 50,000,000 rows, a table not readable here, or a key two target rows hold))"
     )
+    assert _unreferenced(root) == []  # the fragments written while probing were removed
     stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
     assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)
 
@@ -135,6 +155,7 @@ def test_two_source_rows_on_one_target_row_are_refused(spark: SparkSession, tmp_
         merge_partitioned(source, root, on="id")
     assert joins == []
     assert oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS) == oracle.canonical(target, COLUMNS)
+    assert _unreferenced(root) == []  # nothing written
 
 
 def test_a_target_beyond_the_probe_bound_goes_through_the_join(

@@ -24,6 +24,7 @@ has is held by two target rows (each would become a copy of the source row).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,8 @@ from partitioning.plan.table_rows import ROW_ADDRESS, ROW_TABLE, TableSlice
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.sql.filters import Filter, TrueFilter, columns_of
 from partitioning.sql.rowfilter import arrow_predicate
+from partitioning.storage.orphans import delete_files
+from partitioning.storage.paths import table_uri
 from partitioning.tables.fragments import FragmentWriter
 from pipelines.read.local import OPENERS, opened_tables
 from pipelines.session import is_connect
@@ -160,24 +163,30 @@ class HeldSource:
                 f"a non-deterministic source, or more than {MAX_KEY_ROWS:,} keys)"
             )
             return None
+        predicate = arrow_predicate(within, ns.namespace_schema.arrow) if within is not None else None
+        if within is not None and predicate is None:
+            self.why = "the target_filter is not evaluated in Arrow"
+            return None
         rows = self._rows.get(schema)
+        repeats = _repeats(wanted, self.keys)  # a source that may be refused writes nothing first
+        matched = written = None
         with ThreadPoolExecutor(max_workers=1) as pool:
-            writing = pool.submit(write_rows, rows, ns) if prewrite and rows is not None else None
-            matched = matched_rows(ns, read, self.keys, wanted, read_columns)
-            written = writing.result() if writing is not None else None
+            writing = pool.submit(write_rows, rows, ns) if prewrite and rows is not None and not repeats else None
+            try:
+                matched = matched_rows(ns, read, self.keys, wanted, read_columns)
+            finally:
+                written = writing.result() if writing is not None else None
+                if matched is None and written is not None:
+                    _discard(ns, written[0])
         if matched is None:
             self.why = (
                 f"the target's keys were not probed in the driver (more than {PROBE_MAX_ROWS:,} rows, "
                 "a table not readable here, or a key two target rows hold)"
             )
             return None
-        if within is not None:
-            predicate = arrow_predicate(within, ns.namespace_schema.arrow)
-            if predicate is None:
-                self.why = "the target_filter is not evaluated in Arrow"
-                return None
+        if predicate is not None:
             matched = matched.filter(predicate).select([*(columns or self.keys), ROW_TABLE, ROW_ADDRESS])
-        refuse_duplicate_keys(matched, wanted, self.keys)
+        refuse_duplicate_keys(matched, wanted, self.keys, repeats=repeats)
         return matched, rows, written
 
     def rows(self, ns: PartitionedNamespace) -> pa.Table | None:
@@ -263,6 +272,22 @@ def matched_rows(
     return found
 
 
+def _discard(ns: PartitionedNamespace, messages: pa.Table) -> None:
+    """Delete the data files of fragments written (``messages``) that will never be committed."""
+    uris = []
+    for object_id, location, fragments in zip(
+        messages.column("object_id").to_pylist(),
+        messages.column("location").to_pylist(),
+        messages.column("fragments").to_pylist(),
+        strict=True,
+    ):
+        base = table_uri(ns.root, object_id, location).rstrip("/")
+        uris += [
+            f"{base}/data/{f['path']}" for m in json.loads(fragments) for f in m["files"] if f.get("base_id") is None
+        ]
+    delete_files(ns.root, uris, ns.storage_options)
+
+
 def _opened(ns: PartitionedNamespace, pieces: Sequence[TableSlice]) -> dict[str, lance.LanceDataset] | None:
     """The tables opened at their versions, by object id; None when they hold more than
     :data:`PROBE_MAX_ROWS` rows (their fragment metadata: Spark's tasks then read the keys, on
@@ -294,9 +319,12 @@ def _repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     return counts.filter(pc.greater(counts.column("count_all"), 1))
 
 
-def refuse_duplicate_keys(matched: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> None:
-    """Delta's rule, as the join path checks it: two source rows may not update one target row."""
-    if matched.num_rows == 0 or not _repeats(wanted, keys):
+def refuse_duplicate_keys(
+    matched: pa.Table, wanted: pa.Table, keys: Sequence[str], *, repeats: bool | None = None
+) -> None:
+    """Delta's rule, as the join path checks it: two source rows may not update one target row.
+    ``repeats``: whether ``wanted`` repeats a key tuple, when known already."""
+    if matched.num_rows == 0 or not (_repeats(wanted, keys) if repeats is None else repeats):
         return
     twice = _repeated(wanted, keys)
     typed = twice.select(list(keys)).cast(pa.schema([matched.schema.field(k) for k in keys]))
