@@ -144,7 +144,7 @@ class HeldSource:
         deletes, the source's rows conformed and collected (None: Spark's tasks write
         them) and, with ``prewrite``, those rows written as fragments (:func:`write_rows`, in a
         thread while the target's keys are probed: the upsert appends them whatever matches);
-        None when it cannot be done so (fragments written then are never committed). ``within``
+        None when it cannot be done so (fragments written then are deleted again). ``within``
         (a target filter, bound and exactly understood): only the target rows it selects match
         (Spark's answer on them, in Arrow)."""
         schema = ns.namespace_schema.to_json()
