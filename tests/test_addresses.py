@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioning.plan.table_rows import addresses_of
+from partitioning.storage.datasets import offsets_by_fragment
 
 pairs = st.lists(
     st.tuples(st.sampled_from(["v1$a$dataset", "v1$b$dataset", "ß$c"]), st.integers(0, 2**40)), max_size=300
@@ -38,10 +39,8 @@ def test_addresses_group_as_plain_python_does(rows: list[tuple[str, int]], chunk
 @given(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**32 - 1)), max_size=200))
 def test_row_addresses_split_by_fragment_as_plain_python_does(pairs: list[tuple[int, int]]) -> None:
     """What a table's commit deletes: fragment id (high 32 bits) -> its sorted unique row offsets."""
-    from partitioning.tables.rewrites import _offsets_by_fragment
-
     expected: dict[int, set[int]] = {}
     for fragment, offset in pairs:
         expected.setdefault(fragment, set()).add(offset)
     addresses = [fragment * 2**32 + offset for fragment, offset in pairs]
-    assert _offsets_by_fragment(addresses) == {f: sorted(o) for f, o in expected.items()}
+    assert offsets_by_fragment(addresses) == {f: sorted(o) for f, o in expected.items()}

@@ -23,8 +23,16 @@ from partitioning.sql.filters import Filter, TrueFilter, columns_of
 from partitioning.sql.rowfilter import arrow_predicate, lance_filter
 from partitioning.state.scan import ScanTask
 from partitioning.storage.alignment import dataset_columns, reconcile
+from partitioning.storage.datasets import runs
 
-__all__ = ["ROW_ADDRESS", "ROW_TABLE", "TableSlice", "addresses_by_table", "addresses_of", "read_table"]
+__all__ = [
+    "ROW_ADDRESS",
+    "ROW_TABLE",
+    "TableSlice",
+    "addresses_by_table",
+    "addresses_of",
+    "read_table",
+]
 
 
 # The columns a read ``with_row_address`` ends with: each row's table and Lance row address.
@@ -152,10 +160,8 @@ def addresses_of(table: pa.Table, tables: str, addresses: str) -> dict[str, list
     keep = np.ones(len(values), dtype=bool)
     keep[1:] = (codes[1:] != codes[:-1]) | (values[1:] != values[:-1])
     codes, values = codes[keep], values[keep]
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    ends = np.r_[starts[1:], len(codes)]
     names = encoded.dictionary.to_pylist()
-    return {names[codes[a]]: values[a:b].tolist() for a, b in zip(starts, ends, strict=True)}
+    return {names[codes[a]]: values[a:b].tolist() for a, b in runs(codes)}
 
 
 def addresses_by_table(tables: Iterable[str], addresses: Iterable[int]) -> dict[str, list[int]]:

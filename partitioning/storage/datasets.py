@@ -4,7 +4,8 @@ Every commit builds on the version ``__manifest`` records, brought to the writer
 namespace schema first, with the new fragments renumbered to the dataset's column ids
 (:mod:`partitioning.storage.alignment`). Nothing is committed when a data file of the new
 fragments is gone (:func:`check_data_files`: a vacuum with a short retention ran beside
-the write).
+the write). :func:`offsets_by_fragment` turns a table's row addresses into what Lance's
+``delete_rows`` takes.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 from lance import LanceOperation
@@ -42,7 +44,9 @@ __all__ = [
     "compact_fragments",
     "live_rows",
     "missing_data_files",
+    "offsets_by_fragment",
     "replace_fragments",
+    "runs",
     "write_new_fragments",
 ]
 
@@ -318,3 +322,19 @@ def _next_fragment_id(head: lance.LanceDataset) -> int:
     with translate_lance_errors(f"read the indexes of {head.uri}"):
         covered = [max(seg.fragment_ids, default=-1) for d in head.describe_indices() for seg in d.segments]
     return max([*ids, *covered], default=-1) + 1
+
+
+def offsets_by_fragment(addresses: Sequence[int]) -> dict[int, list[int]]:
+    """Row addresses of one table (fragment id in the high 32 bits) as fragment id -> sorted
+    unique row offsets (what Lance's ``delete_rows`` takes)."""
+    values = np.unique(np.asarray(addresses, dtype=np.int64))
+    fragment_ids = values >> 32
+    return {int(fragment_ids[a]): (values[a:b] & 0xFFFFFFFF).tolist() for a, b in runs(fragment_ids)}
+
+
+def runs(ordered: np.ndarray) -> Iterator[tuple[int, int]]:
+    """(start, end) of each run of equal values in sorted ``ordered``."""
+    if ordered.size == 0:
+        return
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    yield from zip(starts.tolist(), [*starts[1:].tolist(), ordered.size], strict=True)

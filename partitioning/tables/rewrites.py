@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lance
-import numpy as np
 import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
@@ -43,7 +42,7 @@ from partitioning.spec.values import canonical_float
 from partitioning.sql.filters import Dialect, Filter
 from partitioning.state.partition_tables import PartitionTable
 from partitioning.storage.alignment import COMMIT_MESSAGE, align_schema, is_aligned, latest_keeping_indexes, renumber
-from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS, commit_version
+from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS, commit_version, offsets_by_fragment
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation
 from partitioning.storage.intents import Intent
@@ -54,8 +53,6 @@ from partitioning.tables.write import PARALLEL_COMMITS, CommitResult, already_co
 
 __all__ = ["ReadSet", "ReadSetChanged", "RewriteResult", "Touches", "commit_rewrite", "delete_and_append"]
 
-_OFFSET_BITS = 32
-_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _log = logging.getLogger(__name__)
 
 
@@ -169,7 +166,7 @@ def delete_and_append(
     unindexed). Returns the version. ``base_on_main``: as in :func:`partitioning.storage.datasets.commit_version`.
     """
     kept = {f.fragment_id for f in base.get_fragments()}
-    offsets = _offsets_by_fragment(addresses)
+    offsets = offsets_by_fragment(addresses)
     unknown = sorted(set(offsets) - kept)
     if unknown:
         raise ConcurrentModification(
@@ -199,17 +196,6 @@ def delete_and_append(
             last = exc
             time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
     raise ConcurrentModification(f"gave up committing {uri} after {attempts} attempts: {last}") from last
-
-
-def _offsets_by_fragment(addresses: Sequence[int]) -> dict[int, list[int]]:
-    """Row addresses (fragment id in the high 32 bits) as fragment id -> sorted unique row offsets."""
-    values = np.unique(np.asarray(addresses, dtype=np.int64))
-    if values.size == 0:
-        return {}
-    fragment_ids = values >> _OFFSET_BITS
-    starts = np.flatnonzero(np.r_[True, fragment_ids[1:] != fragment_ids[:-1]])
-    ends = np.r_[starts[1:], values.size]
-    return {int(fragment_ids[a]): (values[a:b] & _OFFSET_MASK).tolist() for a, b in zip(starts, ends, strict=True)}
 
 
 def _commit_update(
@@ -285,11 +271,8 @@ def _commit_one(change: _Change, ns: PartitionedNamespace, schema: NamespaceSche
     assert change.commit is not None
     table = change.table
     base = ns.open_table(table) if table is not None else None
-    main, uri, opts = (
-        table is not None and table.read_branch is None and table.read_tag is None,
-        change.uri,
-        ns.storage_options,
-    )
+    main = table is not None and table.read_branch is None and table.read_tag is None
+    uri, opts = change.uri, ns.storage_options
     if base is None or not change.addresses:
         version = commit_version(uri, schema, change.fragments, opts, base=base, verify=False, base_on_main=main)
     else:

@@ -179,7 +179,7 @@ class _Probe:
         if self.bits is not None:
             low, high, bits = self.bits
             mask = (values >= low) & (values <= high)
-            at = np.where(mask, values - np.where(mask, low, values), 0)  # no overflow outside the range
+            at = np.where(mask, values, low) - low  # outside the range: 0, and no overflow
             mask &= ((bits[at >> 3] >> (at & 7).astype(np.uint8)) & 1).astype(bool)
         else:
             at = np.minimum(np.searchsorted(self.ordered, values), len(self.ordered) - 1)

@@ -176,7 +176,10 @@ def merge_partitioned(
     held_keys = source_held.keys_by_schema  # the source's keys by schema, collected once
     upsert = partial(is_upsert, modes=modes, set=set, matched_condition=matched_condition, target_filter=target_filter)
 
+    path = "not run"  # which way the last round went, for the INFO line
+
     def attempt(run: Round) -> RewriteResult:
+        nonlocal path
         ns = run.ns
         schema = ns.namespace_schema
         _check(source, schema, keys, when_matched, when_not_matched, set, matched_condition)
@@ -193,10 +196,10 @@ def merge_partitioned(
             if change is not None:  # "delete the matched rows, append the source"
                 (gone, rows, written), incoming, updated = change, data, change[0].num_rows
                 writer = "the driver" if rows is not None else "Spark's tasks"
-                path[0] = f"upsert: the source's keys probed in the driver, no join; rows written by {writer}"
+                path = f"upsert: the source's keys probed in the driver, no join; rows written by {writer}"
             elif done is not None:  # "recompute the set columns of the matched rows, insert the rest"
                 (gone, incoming, updated), rows, written = done, None, None
-                path[0] = "set= merge computed in the driver, no join"
+                path = "set= merge computed in the driver, no join"
             return commit_changes(
                 session,
                 ns,
@@ -227,7 +230,7 @@ def merge_partitioned(
         why = (source_held.why if tried else None) or declined_clauses(
             modes, set, matched_condition, target_filter, source.columns, names
         )
-        path[0] = f"Spark joins the source with {which} ({why})"
+        path = f"Spark joins the source with {which} ({why})"
         joined = _join(target, data, keys, when_not_matched == "insert", when_not_matched_by_source == "delete")
         plan = _plan(joined, names, keys, modes, set, matched_condition).persist()
         try:
@@ -260,9 +263,8 @@ def merge_partitioned(
         finally:
             plan.unpersist()
 
-    path = ["not run"]
     result = rerun_on_conflict(root, "merge", max_attempts, attempt, storage_options)
-    log.info("lance_partitioned: %s; %s", result.summary(), path[0])
+    log.info("lance_partitioned: %s; %s", result.summary(), path)
     return result
 
 

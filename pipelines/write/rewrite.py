@@ -82,15 +82,14 @@ def commit_changes(
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if written is not None:
         messages, writer = written
-        spec_id, schema = writer.planner.spec_id, writer.schema
     elif incoming is None:
-        messages, spec_id, schema = _no_messages(ns)
+        writer = FragmentWriter.for_namespace(ns)
+        messages = writer.output_schema.empty_table()
     elif isinstance(incoming, pa.Table):
         messages, writer = write_rows(incoming, ns, **dict(sizes or {}))
-        spec_id, schema = writer.planner.spec_id, writer.schema
     else:
         messages, writer = write_fragments(incoming, ns, local=local, rows=rows, **dict(sizes or {}))
-        spec_id, schema = writer.planner.spec_id, writer.schema
+    spec_id, schema = writer.planner.spec_id, writer.schema
     labelled = describe_jobs(session, f"lance_partitioned: commit {mode} ({label})") if session else nullcontext()
     with labelled:
         return commit_rewrite(
@@ -109,11 +108,6 @@ def commit_changes(
             guard=run.guard,
             intent=run.intent,
         )
-
-
-def _no_messages(ns: PartitionedNamespace) -> tuple[pa.Table, int, Any]:
-    writer = FragmentWriter.for_namespace(ns)
-    return writer.output_schema.empty_table(), writer.planner.spec_id, writer.schema
 
 
 def _update_in_arrow(
