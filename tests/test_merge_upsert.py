@@ -202,3 +202,32 @@ def test_the_merge_line_names_why_spark_joins(
     merge_partitioned(source, root, on="id", **options)
     assert joins == [1]
     assert _merge_line(caplog).endswith(f"({reason})")
+
+
+def test_an_upsert_opens_each_target_table_once(
+    spark: SparkSession, tmp_path: Path, joins: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the tables the probe opened at the versions read are the ones their commit starts from
+    import lance
+
+    target = _rows(list(range(0, 300)), ["US", "DE", "FR"], "old")
+    source = _rows([*range(0, 300, 3), *range(1000, 1030)], ["US", "DE", "FR"], "new")
+    root = str(tmp_path / "ns")
+    write_table(PartitionedNamespace.create(root, SCHEMA, ["country"]), pa.Table.from_pylist(target, schema=SCHEMA))
+    tables = {t.uri.rstrip("/"): t.read_version for t in PartitionedNamespace.load(root).partitions()}
+    opens: list[tuple[str, Any]] = []
+    real = lance.dataset
+
+    def counted(uri: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(uri).rstrip("/") in tables:
+            opens.append((str(uri).rstrip("/"), kwargs.get("version")))
+        return real(uri, *args, **kwargs)
+
+    monkeypatch.setattr(lance, "dataset", counted)
+    df = spark.createDataFrame(pa.Table.from_pylist(source, schema=SCHEMA).to_pandas())
+    df = df.selectExpr("CAST(id AS bigint) AS id", "country", "CAST(amount AS decimal(10,2)) AS amount", "note")
+    result = merge_partitioned(df, root, on="id")
+    assert joins == [] and (result.rows_updated, result.rows_inserted) == (100, 30)
+    assert sorted(opens) == sorted(tables.items())
+    stored = oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS)
+    assert stored == oracle.canonical(_delta(tmp_path, target, source), COLUMNS)

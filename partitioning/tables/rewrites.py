@@ -267,11 +267,16 @@ def _changes(
     return list(changes.values()), created
 
 
-def _commit_one(change: _Change, ns: PartitionedNamespace, schema: NamespaceSchema) -> TableCommit:
+def _commit_one(
+    change: _Change, ns: PartitionedNamespace, schema: NamespaceSchema, opened: Mapping[str, lance.LanceDataset]
+) -> TableCommit:
     assert change.commit is not None
     table = change.table
-    base = ns.open_table(table) if table is not None else None
     main = table is not None and table.read_branch is None and table.read_tag is None
+    base = None
+    if table is not None:
+        held = opened.get(table.object_id) if main else None
+        base = held if held is not None and held.version == table.read_version else ns.open_table(table)
     uri, opts = change.uri, ns.storage_options
     if base is None or not change.addresses:
         version = commit_version(uri, schema, change.fragments, opts, base=base, verify=False, base_on_main=main)
@@ -299,10 +304,13 @@ def commit_rewrite(
     rows_updated: int = 0,
     guard: Guard | None = None,
     intent: Intent | None = None,
+    opened: Mapping[str, lance.LanceDataset] | None = None,
 ) -> RewriteResult:
     """Driver side of an operation that deletes ``deletions`` (object_id -> row addresses
     of the versions in ``read``) and adds the fragments in ``messages``: one dataset
-    version per touched table, then ONE ``__manifest`` commit.
+    version per touched table, then ONE ``__manifest`` commit. ``opened``: tables the
+    operation opened already, by object id; one still at the version a commit starts from
+    is not opened again.
 
     Raises :class:`ReadSetChanged` when ``read_set`` no longer plans to exactly ``read``
     (the caller re-runs the operation); other manifest races are rebased and retried. The
@@ -330,7 +338,7 @@ def commit_rewrite(
             raise ReadSetChanged(f"{ns.root}: {difference} while this operation ran")
         changes, created = _changes(ns, pending, deletions, spec_id, schema, max_rows_per_file)
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(changes)))) as pool:
-            commits = list(pool.map(lambda c: _commit_one(c, ns, schema), changes))
+            commits = list(pool.map(lambda c: _commit_one(c, ns, schema, opened or {}), changes))
         written = sum(p.rows for p in pending.values())
         files = [f for p in pending.values() for fragment in p.fragments for f in fragment.files]
         recorded = operation.with_metrics(

@@ -40,7 +40,7 @@ from partitioning.tables.write import conform_table
 from pipelines.source.writer import fragment_messages, reported_errors
 from pipelines.write.matches import MAX_KEY_ROWS, schema_keys_comparable
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
-from pipelines.write.upsert import matched_rows, present_keys, refuse_duplicate_keys
+from pipelines.write.upsert import matched_rows, open_targets, present_keys, refuse_duplicate_keys
 
 __all__ = ["DECLINED", "UpsertWriter"]
 
@@ -127,7 +127,8 @@ class UpsertWriter(DataSourceArrowWriter):
             touches = Touches.of_sql(None, _DIALECT, ns.namespace_schema.arrow, wanted)
             read_set = ReadSet(None, _DIALECT, touches=touches)
             read = read_set.plan(ns)
-            matched = matched_rows(ns, read, self.keys, wanted)
+            opened = open_targets(ns, read)
+            matched = matched_rows(ns, read, self.keys, wanted, opened=opened) if opened is not None else None
             if matched is None:
                 raise EngineDeclined(f"{DECLINED}: the target's keys were not probed here (or one is held twice)")
             refuse_duplicate_keys(matched, source, self.keys)
@@ -145,6 +146,7 @@ class UpsertWriter(DataSourceArrowWriter):
                 rows_updated=matched.num_rows,
                 guard=run.guard,
                 intent=run.intent,
+                opened=opened,
             )
 
         return rerun_on_conflict(self.root, "MERGE", DEFAULT_ATTEMPTS, attempt, self.storage_options)

@@ -194,11 +194,12 @@ def merge_partitioned(
         if change is not None or done is not None:  # computed in the driver, no join in Spark
             incoming: DataFrame | pa.Table
             if change is not None:  # "delete the matched rows, append the source"
-                (gone, rows, written), incoming, updated = change, data, change[0].num_rows
+                gone, rows, written, opened = change.matched, change.rows, change.written, change.opened
+                incoming, updated = data, change.matched.num_rows
                 writer = "the driver" if rows is not None else "Spark's tasks"
                 path = f"upsert: the source's keys probed in the driver, no join; rows written by {writer}"
             elif done is not None:  # "recompute the set columns of the matched rows, insert the rest"
-                (gone, incoming, updated), rows, written = done, None, None
+                (gone, incoming, updated), rows, written, opened = done, None, None, None
                 path = "set= merge computed in the driver, no join"
             return commit_changes(
                 session,
@@ -214,6 +215,7 @@ def merge_partitioned(
                 run=run,
                 rows=rows,
                 written=written,
+                opened=opened,
             )
         columns = None if set is not None or matched_condition is not None or target_filter is not None else keys
         small = small_target(session, ns, read, filter=target_filter, columns=columns) if held is not None else None

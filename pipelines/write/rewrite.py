@@ -21,6 +21,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import lance
 import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -70,6 +71,7 @@ def commit_changes(
     local: bool | None = None,
     rows: pa.Table | None = None,
     written: tuple[pa.Table, FragmentWriter] | None = None,
+    opened: Mapping[str, lance.LanceDataset] | None = None,
 ) -> RewriteResult:
     """Write ``incoming`` as fragments and commit them with the deletion of ``gone``'s rows,
     on the protected path of ``run`` (the operation's current round); history records
@@ -77,7 +79,8 @@ def commit_changes(
     ``local``: whether the driver writes ``incoming`` (None: Spark's size estimate decides);
     ``rows``: ``incoming``'s rows, conformed and collected already (the driver writes them);
     ``incoming`` may also be such rows itself (no DataFrame made); ``written``: ``incoming``
-    written already (:func:`pipelines.write.fragments.write_rows`' messages and writer)."""
+    written already (:func:`pipelines.write.fragments.write_rows`' messages and writer);
+    ``opened``: tables read, opened at their versions already, by object id (the commit reuses them)."""
     deletions = addresses_of(gone, ROW_TABLE, ROW_ADDRESS)
     label = ns.root.rstrip("/").rsplit("/", 1)[-1]
     if written is not None:
@@ -107,6 +110,7 @@ def commit_changes(
             started=started,
             guard=run.guard,
             intent=run.intent,
+            opened=opened,
         )
 
 

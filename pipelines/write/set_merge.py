@@ -73,9 +73,9 @@ def set_upsert(
         return None  # Spark's join
     names = ns.schema.names
     change = held.upsert(ns, read, names)  # the source collected, its keys probed, duplicates refused
-    if change is None or change[1] is None:
+    if change is None or change.rows is None:
         return None
-    matched, rows, _ = change
+    matched, rows = change.matched, change.rows
     try:
         return _computed(matched, rows, held.keys, names, values)
     except (NotExact, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

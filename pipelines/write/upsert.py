@@ -28,6 +28,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import lance
 import numpy as np
@@ -56,10 +57,12 @@ __all__ = [
     "COLLECT_ESTIMATE",
     "PROBE_MAX_ROWS",
     "HeldSource",
+    "Upsert",
     "declined_clauses",
     "exact_target_filter",
     "is_upsert",
     "matched_rows",
+    "open_targets",
     "present_keys",
     "refuse_duplicate_keys",
 ]
@@ -70,6 +73,19 @@ PROBE_MAX_ROWS = 50_000_000  # target rows whose keys the driver reads; beyond, 
 Written = tuple[pa.Table, FragmentWriter]  # commit messages and the writer (write_rows)
 
 log = logging.getLogger("lance_partitioned")
+
+
+@dataclass(frozen=True)
+class Upsert:
+    """What :meth:`HeldSource.upsert` found: the target rows it deletes (``matched``), the
+    source's rows conformed and collected (None: Spark's tasks write them), those rows written
+    already (``written``: messages and writer, or None) and the target tables opened at the
+    versions read, by object id (their commit reuses them)."""
+
+    matched: pa.Table
+    rows: pa.Table | None
+    written: Written | None
+    opened: Mapping[str, lance.LanceDataset]
 
 
 def is_upsert(
@@ -139,7 +155,7 @@ class HeldSource:
         *,
         within: Filter | None = None,
         prewrite: bool = False,
-    ) -> tuple[pa.Table, pa.Table | None, Written | None] | None:
+    ) -> Upsert | None:
         """The target rows (:func:`matched_rows`, with ``columns``: default the keys) the upsert
         deletes, the source's rows conformed and collected (None: Spark's tasks write
         them) and, with ``prewrite``, those rows written as fragments (:func:`write_rows`, in a
@@ -169,11 +185,13 @@ class HeldSource:
             return None
         rows = self._rows.get(schema)
         repeats = _repeats(wanted, self.keys)  # a source that may be refused writes nothing first
-        matched = written = None
+        matched = written = opened = None
         with ThreadPoolExecutor(max_workers=1) as pool:
             writing = pool.submit(write_rows, rows, ns) if prewrite and rows is not None and not repeats else None
             try:
-                matched = matched_rows(ns, read, self.keys, wanted, read_columns)
+                opened = open_targets(ns, read)
+                if opened is not None:
+                    matched = matched_rows(ns, read, self.keys, wanted, read_columns, opened=opened)
             finally:
                 written = writing.result() if writing is not None else None
                 if matched is None and written is not None:
@@ -187,7 +205,7 @@ class HeldSource:
         if predicate is not None:
             matched = matched.filter(predicate).select([*(columns or self.keys), ROW_TABLE, ROW_ADDRESS])
         refuse_duplicate_keys(matched, wanted, self.keys, repeats=repeats)
-        return matched, rows, written
+        return Upsert(matched, rows, written, opened or {})
 
     def rows(self, ns: PartitionedNamespace) -> pa.Table | None:
         """The source's rows conformed to ``ns``'s schema and collected here (and their keys
@@ -238,25 +256,27 @@ def matched_rows(
     keys: Sequence[str],
     wanted: pa.Table,
     columns: Sequence[str] | None = None,
+    *,
+    opened: Mapping[str, lance.LanceDataset] | None = None,
 ) -> pa.Table | None:
     """The rows of the tables ``read`` whose key tuple is in ``wanted`` (the source's):
     ``_lance_table``, ``_lance_rowaddr`` and ``columns`` (default: the keys), read here. None when the tables hold
     more than :data:`PROBE_MAX_ROWS` rows or one cannot be read here, or when a key the
-    source has is held by more than one target row."""
-    tables = ns.tables_by_id(read)
-    if len(tables) != len(read) or any(t.read_version is None for t in tables.values()):
-        return None
+    source has is held by more than one target row. ``opened``: the tables, opened already
+    (:func:`open_targets`)."""
     output = list(columns) if columns is not None else list(keys)
     empty = pa.schema(
         [*[pa.field(k, pa.null()) for k in output], pa.field(ROW_TABLE, pa.string()), pa.field(ROW_ADDRESS, pa.int64())]
     )
-    if wanted.num_rows == 0 or not tables:
-        return empty.empty_table()
-    probe = key_probe(ns, keys, wanted, output)
-    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
-    opened = _opened(ns, pieces)
+    if opened is None:
+        opened = open_targets(ns, read)
     if opened is None:
         return None
+    if wanted.num_rows == 0 or not opened:
+        return empty.empty_table()
+    probe = key_probe(ns, keys, wanted, output)
+    tables = ns.tables_by_id(read)
+    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
     try:
         with ThreadPoolExecutor(max_workers=OPENERS) as pool:
             parts = list(pool.map(lambda piece: list(probe.matching([piece], opened)), pieces))
@@ -288,11 +308,15 @@ def _discard(ns: PartitionedNamespace, messages: pa.Table) -> None:
     delete_files(ns.root, uris, ns.storage_options)
 
 
-def _opened(ns: PartitionedNamespace, pieces: Sequence[TableSlice]) -> dict[str, lance.LanceDataset] | None:
-    """The tables opened at their versions, by object id; None when they hold more than
-    :data:`PROBE_MAX_ROWS` rows (their fragment metadata: Spark's tasks then read the keys, on
-    as many executors as there are) or one cannot be opened here."""
-
+def open_targets(ns: PartitionedNamespace, read: Mapping[str, int]) -> dict[str, lance.LanceDataset] | None:
+    """The tables ``read`` opened at their versions, by object id; None when one is not in
+    ``ns`` or has no version, when they hold more than :data:`PROBE_MAX_ROWS` rows (their
+    fragment metadata: Spark's tasks then read the keys, on as many executors as there are)
+    or one cannot be opened here."""
+    tables = ns.tables_by_id(read)
+    if len(tables) != len(read) or any(t.read_version is None for t in tables.values()):
+        return None
+    pieces = [TableSlice(t.object_id, t.uri, t.read_version, t.read_branch, t.read_tag) for t in tables.values()]
     try:
         datasets = opened_tables(ns, pieces)
     except PartitioningError as exc:
