@@ -180,7 +180,7 @@ def test_a_target_beyond_the_probe_bound_goes_through_the_join(
     ("options", "reason"),
     [
         ({"matched_condition": "source.note <> target.note"}, "a matched_condition"),
-        ({"when_matched": "delete"}, "when_matched='delete'"),
+        ({"when_not_matched": "ignore", "set": {"note": "source.note"}}, "set= with when_not_matched='ignore'"),
         ({"when_not_matched_by_source": "delete"}, "when_not_matched_by_source='delete'"),
     ],
 )

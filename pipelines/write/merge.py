@@ -45,7 +45,7 @@ from pipelines.spark_errors import where_sql
 from pipelines.write.matches import key_narrowing, matched_target, refuse_shared_matches, source_keys
 from pipelines.write.rewrite import commit_changes
 from pipelines.write.rounds import DEFAULT_ATTEMPTS, Round, rerun_on_conflict
-from pipelines.write.set_merge import set_merge_values, set_upsert
+from pipelines.write.set_merge import keyed_merge, keyed_modes, set_merge_values, set_upsert
 from pipelines.write.small import small_copy, small_target
 from pipelines.write.targets import addresses, target_rows
 from pipelines.write.upsert import HeldSource, declined_clauses, exact_target_filter, is_upsert
@@ -187,20 +187,24 @@ def merge_partitioned(
         read_set = ReadSet(target_filter, session_dialect(session), narrow)
         read = read_set.plan(ns)
         names = schema.arrow.names
-        within = exact_target_filter(session, ns, target_filter) if upsert(source.columns, names) else None
-        change = source_held.upsert(ns, read, within=within, prewrite=True) if within is not None else None
+        keyed = keyed_modes(modes, set, matched_condition, source.columns, names)
+        within = exact_target_filter(session, ns, target_filter) if upsert(source.columns, names) or keyed else None
+        plain = within is not None and not keyed
+        change = source_held.upsert(ns, read, within=within, prewrite=True) if plain else None
         values = set_merge_values(source, ns, set, session_dialect(session), modes, matched_condition, target_filter)
         done = set_upsert(source_held, ns, read, values) if values is not None else None
+        if keyed and within is not None:  # "insert the new keys", "delete the matched rows", ...
+            done = keyed_merge(source_held, ns, read, modes, within)
         if change is not None or done is not None:  # computed in the driver, no join in Spark
-            incoming: DataFrame | pa.Table
+            incoming: DataFrame | pa.Table | None
             if change is not None:  # "delete the matched rows, append the source"
                 gone, rows, written, opened = change.matched, change.rows, change.written, change.opened
                 incoming, updated = data, change.matched.num_rows
                 writer = "the driver" if rows is not None else "Spark's tasks"
                 path = f"upsert: the source's keys probed in the driver, no join; rows written by {writer}"
-            elif done is not None:  # "recompute the set columns of the matched rows, insert the rest"
-                (gone, incoming, updated), rows, written, opened = done, None, None, None
-                path = "set= merge computed in the driver, no join"
+            elif done is not None:  # the set= merge, or other clauses (pipelines.write.set_merge)
+                gone, incoming, updated, opened, path = done.gone, done.incoming, done.updated, done.opened, done.path
+                rows = written = None
             return commit_changes(
                 session,
                 ns,

@@ -113,12 +113,15 @@ def declined_clauses(
     names: Sequence[str],
 ) -> str:
     """Why a merge with these clauses is not one the driver computes without a join."""
-    defaults = {"when_matched": "update", "when_not_matched": "insert", "when_not_matched_by_source": "ignore"}
-    other = [f"{k}={m!r}" for (k, d), m in zip(defaults.items(), modes, strict=True) if m != d]
-    if other:
-        return ", ".join(other)
+    if modes[2] != "ignore":
+        return f"when_not_matched_by_source={modes[2]!r}"
+    if modes[:2] == ("ignore", "ignore"):
+        return "when_matched='ignore', when_not_matched='ignore'"
     if matched_condition:
         return "a matched_condition"
+    if set and modes[:2] != ("update", "insert"):
+        clauses = zip(("when_matched", "when_not_matched"), modes[:2], ("update", "insert"), strict=True)
+        return "set= with " + ", ".join(f"{k}={m!r}" for k, m, d in clauses if m != d)
     if set and target_filter:
         return "set= with a target_filter"
     if sorted(source_columns) != sorted(names):
@@ -155,6 +158,7 @@ class HeldSource:
         *,
         within: Filter | None = None,
         prewrite: bool = False,
+        refuse: bool = True,
     ) -> Upsert | None:
         """The target rows (:func:`matched_rows`, with ``columns``: default the keys) the upsert
         deletes, the source's rows conformed and collected (None: Spark's tasks write
@@ -162,7 +166,8 @@ class HeldSource:
         thread while the target's keys are probed: the upsert appends them whatever matches);
         None when it cannot be done so (fragments written then are deleted again). ``within``
         (a target filter, bound and exactly understood): only the target rows it selects match
-        (Spark's answer on them, in Arrow)."""
+        (Spark's answer on them, in Arrow). ``refuse``: refuse two source rows on one matched
+        target row (a merge that changes matched rows)."""
         schema = ns.namespace_schema.to_json()
         self.rows(ns)
         if schema not in self.keys_by_schema:
@@ -204,7 +209,8 @@ class HeldSource:
             return None
         if predicate is not None:
             matched = matched.filter(predicate).select([*(columns or self.keys), ROW_TABLE, ROW_ADDRESS])
-        refuse_duplicate_keys(matched, wanted, self.keys, repeats=repeats)
+        if refuse:
+            refuse_duplicate_keys(matched, wanted, self.keys, repeats=repeats)
         return Upsert(matched, rows, written, opened or {})
 
     def rows(self, ns: PartitionedNamespace) -> pa.Table | None:
