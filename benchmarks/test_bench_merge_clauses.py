@@ -28,6 +28,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
 from pipelines.read.dataframe import read_partitioned
 from pipelines.write.merge import merge_partitioned
+from tests.merge_oracle import delta_merge
 
 pytestmark = pytest.mark.bench
 
@@ -67,14 +68,7 @@ def test_merge_clauses_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> None:
         )
 
     def theirs(uri: str, modes: tuple[str, str]) -> None:
-        merger = DeltaTable(uri).merge(pq.read_table(source_path), "t.id = s.id", source_alias="s", target_alias="t")
-        if modes[0] == "update":
-            merger = merger.when_matched_update_all()
-        elif modes[0] == "delete":
-            merger = merger.when_matched_delete()
-        if modes[1] == "insert":
-            merger = merger.when_not_matched_insert_all()
-        merger.execute()
+        delta_merge(uri, pq.read_table(source_path), "t.id = s.id", modes)
 
     def check(root: str, uri: str) -> None:
         mine = read_partitioned(spark, root).selectExpr("count(*)", "sum(v)").collect()[0]

@@ -101,6 +101,22 @@ def spark():
 
 
 @pytest.fixture
+def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many merges went through Spark's join (``pipelines.write.merge._join``, counted)."""
+    import pipelines.write.merge as merge_module
+
+    calls: list[int] = []
+    real = merge_module._join
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_join", counted)
+    return calls
+
+
+@pytest.fixture
 def spark_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows are read and written by Spark's tasks, never by the driver's small path
     (:mod:`pipelines.write.small`), whatever the size of the test's data."""

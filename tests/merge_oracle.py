@@ -1,5 +1,6 @@
 """An independent MERGE / UPDATE in plain Python (SQL semantics: NULL keys never match),
-and helpers that read what a namespace holds with Lance's own reader, table by table."""
+delta-rs's merge with the same clauses, and helpers that read what a namespace holds with
+Lance's own reader, table by table."""
 
 from __future__ import annotations
 
@@ -121,3 +122,19 @@ def canonical_values(rows: Sequence[Row], columns: Sequence[str]) -> list[tuple[
     """:func:`canonical` with floats as their repr (NaN equal to NaN, -0.0 apart from 0.0)
     and instants as microseconds since the epoch."""
     return canonical([{k: _shown(v) for k, v in r.items()} for r in rows], columns)
+
+
+def delta_merge(uri: str, source: Any, predicate: str, modes: tuple[str, str]) -> dict[str, Any]:
+    """delta-rs's merge of the Arrow ``source`` (alias ``s``) into the Delta table at ``uri``
+    (alias ``t``) on ``predicate``, with ``modes`` (when_matched: update, delete or ignore;
+    when_not_matched: insert or ignore) as clauses; its metrics."""
+    from deltalake import DeltaTable
+
+    merger = DeltaTable(uri).merge(source, predicate, source_alias="s", target_alias="t")
+    if modes[0] == "update":
+        merger = merger.when_matched_update_all()
+    elif modes[0] == "delete":
+        merger = merger.when_matched_delete()
+    if modes[1] == "insert":
+        merger = merger.when_not_matched_insert_all()
+    return merger.execute()

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-import pipelines.write.merge as merge_module
 from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
@@ -40,19 +39,6 @@ TARGET = _rows(list(range(0, 300)), ["US", "DE", "FR"], "old")
 SOURCE = _rows([*range(0, 200, 4), *range(1000, 1040), None, None, 5000, 5000], ["DE", "JP", "US", "FR"], "new")
 
 
-@pytest.fixture
-def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    real = merge_module._join
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(merge_module, "_join", counted)
-    return calls
-
-
 def _delta(
     tmp_path: Path, source: list[dict[str, Any]], modes: tuple[str, str], target_filter: str | None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -61,16 +47,7 @@ def _delta(
     uri = str(tmp_path / "delta")
     write_deltalake(uri, pa.Table.from_pylist(TARGET, schema=SCHEMA), partition_by=["country"])
     predicate = "t.id = s.id" + (f" AND t.{target_filter}" if target_filter else "")
-    merger = DeltaTable(uri).merge(
-        pa.Table.from_pylist(source, schema=SCHEMA), predicate, source_alias="s", target_alias="t"
-    )
-    if modes[0] == "update":
-        merger = merger.when_matched_update_all()
-    elif modes[0] == "delete":
-        merger = merger.when_matched_delete()
-    if modes[1] == "insert":
-        merger = merger.when_not_matched_insert_all()
-    metrics = merger.execute()
+    metrics = oracle.delta_merge(uri, pa.Table.from_pylist(source, schema=SCHEMA), predicate, modes)
     return DeltaTable(uri).to_pyarrow_table().to_pylist(), metrics
 
 

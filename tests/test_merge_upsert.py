@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-import pipelines.write.merge as merge_module
 from partitioning.errors import InvalidInput
 from partitioning.namespace import PartitionedNamespace
 from partitioning.tables.write import write_table
@@ -52,20 +51,6 @@ def _delta(tmp_path: Path, target: list[dict[str, Any]], source: list[dict[str, 
     )
     merger.when_matched_update_all().when_not_matched_insert_all().execute()
     return DeltaTable(uri).to_pyarrow_table().to_pylist()
-
-
-@pytest.fixture
-def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many merges went through Spark's join."""
-    calls: list[int] = []
-    real = merge_module._join
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(merge_module, "_join", counted)
-    return calls
 
 
 def _unreferenced(root: str) -> list[str]:

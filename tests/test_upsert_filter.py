@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-import pipelines.write.merge as merge_module
 from pipelines.write.merge import merge_partitioned
 from tests import merge_oracle as oracle
 from tests.test_merge import COLUMNS, SOURCE, SPARK_SCHEMA, TARGET, _delta_merge, _namespace
@@ -24,33 +23,20 @@ FILTERS: list[tuple[str, Callable[[dict[str, Any]], bool], str]] = [
 ]
 
 
-def _joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    original = merge_module._join
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(merge_module, "_join", counted)
-    return calls
-
-
 @pytest.mark.parametrize(("text", "predicate", "delta_predicate"), FILTERS)
 def test_a_merge_within_an_exact_target_filter_runs_no_join(
     spark: SparkSession,
     tmp_path: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    joins: list[int],
     text: str,
     predicate: Callable[[dict[str, Any]], bool],
     delta_predicate: str,
 ) -> None:
     root = str(tmp_path / "ns")
     _namespace(root, TARGET)
-    calls = _joins(monkeypatch)
     source = spark.createDataFrame([(r["id"], r["p"], r["v"]) for r in SOURCE], SPARK_SCHEMA)
     result = merge_partitioned(source, root, on="id", target_filter=text)
-    assert not calls
+    assert not joins
     case = oracle.Case(target_filter=(text, predicate))
     expected = oracle.canonical(oracle.merge(TARGET, SOURCE, ["id"], case), COLUMNS)
     got = oracle.canonical(oracle.stored_rows(root, "p"), COLUMNS)
@@ -84,14 +70,13 @@ def _delta_merge_within(tmp_path: Any, target_predicate: str) -> list[dict[str, 
 
 
 def test_a_target_filter_only_spark_evaluates_joins_in_spark(
-    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, tmp_path: Any, joins: list[int]
 ) -> None:
     root = str(tmp_path / "ns")
     _namespace(root, TARGET)
-    calls = _joins(monkeypatch)
     source = spark.createDataFrame([(r["id"], r["p"], r["v"]) for r in SOURCE], SPARK_SCHEMA)
     merge_partitioned(source, root, on="id", target_filter="abs(v) >= 20")
-    assert calls
+    assert joins
     case = oracle.Case(target_filter=("abs(v) >= 20", lambda t: t["v"] is not None and abs(t["v"]) >= 20))
     expected = oracle.canonical(oracle.merge(TARGET, SOURCE, ["id"], case), COLUMNS)
     assert oracle.canonical(oracle.stored_rows(root, "p"), COLUMNS) == expected
