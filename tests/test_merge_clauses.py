@@ -118,3 +118,36 @@ def test_an_insert_of_new_keys_takes_repeated_matched_keys(
     theirs, metrics = _delta(tmp_path, source, ("ignore", "insert"), None)
     assert joins == [] and result.rows_inserted == metrics["num_target_rows_inserted"] == 2
     assert oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS) == oracle.canonical(theirs, COLUMNS)
+
+
+@pytest.mark.parametrize("modes", [("ignore", "insert"), ("delete", "insert"), ("update", "ignore")])
+def test_a_two_column_key_stores_what_delta_rs_stores(
+    spark: SparkSession, tmp_path: Path, joins: list[int], modes: tuple[str, str]
+) -> None:
+    # a key of two columns (matched in Arrow, not by the one-integer search); a NULL in either never matches
+    source = _rows([*range(0, 120, 3), *range(900, 920), None], ["US", "DE", "FR", "JP"], "new")
+    source[3]["country"] = None
+    root = _namespace(tmp_path)
+    result = merge_partitioned(
+        spark.createDataFrame(source, SPARK_SCHEMA),
+        root,
+        on=["id", "country"],
+        when_matched=modes[0],
+        when_not_matched=modes[1],
+    )
+    from deltalake import write_deltalake
+
+    uri = str(tmp_path / "delta")
+    write_deltalake(uri, pa.Table.from_pylist(TARGET, schema=SCHEMA), partition_by=["country"])
+    metrics = oracle.delta_merge(
+        uri, pa.Table.from_pylist(source, schema=SCHEMA), "t.id = s.id AND t.country = s.country", modes
+    )
+    from deltalake import DeltaTable
+
+    theirs = DeltaTable(uri).to_pyarrow_table().to_pylist()
+    assert joins == []
+    assert oracle.canonical(oracle.stored_rows(root, "country"), COLUMNS) == oracle.canonical(theirs, COLUMNS)
+    assert (result.rows_updated, result.rows_inserted) == (
+        metrics["num_target_rows_updated"],
+        metrics["num_target_rows_inserted"],
+    )
