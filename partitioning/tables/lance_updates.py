@@ -132,15 +132,10 @@ def _run(
     same rows, which the commit records like the others."""
     tables = ns.tables_by_id(read)
     schema = ns.namespace_schema
-    rendered: dict[tuple[tuple[str, str], ...], tuple[str | None, dict[str, str] | None]] = {}
-
-    def render(mapping: dict[str, str]) -> tuple[str | None, dict[str, str] | None]:
-        # tables whose columns are named alike get the same SQL: rendered once
-        key = tuple(sorted(mapping.items()))
-        if key not in rendered:
-            condition = exact_lance_filter(where, schema.arrow, mapping)
-            rendered[key] = condition, lance_assignments(set, schema.arrow, dialect, mapping)
-        return rendered[key]
+    # every table updated here has the namespace's own columns (is_aligned): one SQL for all
+    mapping = dataset_columns(schema.dataset_arrow, schema)
+    condition = exact_lance_filter(where, schema.arrow, mapping)
+    values = lance_assignments(set, schema.arrow, dialect, mapping)
 
     def plan(object_id: str) -> _Planned:
         table = tables.get(object_id)
@@ -151,7 +146,6 @@ def _run(
         dataset = ns.open_table(table)
         if not is_aligned(dataset, schema):  # a widened, renamed or added column: the other path aligns it
             raise _Declined(f"table {object_id}: its columns are not yet the namespace's")
-        condition, values = render(dataset_columns(dataset.schema, schema))
         if condition is None or values is None:
             raise _Declined(f"table {object_id}: DataFusion would not evaluate it as Spark does")
         return _Planned(object_id, dataset, None if condition == "TRUE" else condition, values)

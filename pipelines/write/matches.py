@@ -52,6 +52,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "MAX_KEY_ROWS",
     "as_int64",
+    "in_sorted",
     "integer_like",
     "key_narrowing",
     "key_probe",
@@ -175,18 +176,26 @@ class _Probe:
         column = table.column(self.keys[0])
         if self.ordered is None:
             return table.filter(pc.is_in(column, value_set=self.wanted.column(0)))
-        values = as_int64(column.fill_null(0) if column.null_count else column)
-        if self.bits is not None:
-            low, high, bits = self.bits
-            mask = (values >= low) & (values <= high)
-            at = np.where(mask, values, low) - low  # outside the range: 0, and no overflow
-            mask &= ((bits[at >> 3] >> (at & 7).astype(np.uint8)) & 1).astype(bool)
-        else:
-            at = np.minimum(np.searchsorted(self.ordered, values), len(self.ordered) - 1)
-            mask = self.ordered[at] == values
-        if column.null_count:
-            mask &= pc.is_valid(column).to_numpy(zero_copy_only=False)
-        return table.filter(pa.array(mask))
+        return table.filter(pa.array(in_sorted(column, self.ordered, self.bits)))
+
+
+def in_sorted(
+    column: pa.ChunkedArray, ordered: np.ndarray, bits: tuple[int, int, np.ndarray] | None = None
+) -> np.ndarray:
+    """Per value of the integer-like ``column``: whether it is in ``ordered`` (sorted int64s,
+    not empty; ``bits``: their :func:`_bitmap`, tested instead of a binary search). A NULL is in
+    nothing."""
+    values = as_int64(column.fill_null(0) if column.null_count else column)
+    if bits is not None:
+        low, high, bitmap = bits
+        mask = (values >= low) & (values <= high)
+        at = np.where(mask, values, low) - low  # outside the range: 0, and no overflow
+        mask &= ((bitmap[at >> 3] >> (at & 7).astype(np.uint8)) & 1).astype(bool)
+    else:
+        mask = ordered[np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)] == values
+    if column.null_count:
+        mask &= pc.is_valid(column).to_numpy(zero_copy_only=False)
+    return mask
 
 
 def integer_like(t: pa.DataType) -> bool:

@@ -192,9 +192,10 @@ def merge_partitioned(
         plain = within is not None and not keyed
         change = source_held.upsert(ns, read, within=within, prewrite=True) if plain else None
         values = set_merge_values(source, ns, set, session_dialect(session), modes, matched_condition, target_filter)
-        done = set_upsert(source_held, ns, read, values) if values is not None else None
-        if keyed and within is not None:  # "insert the new keys", "delete the matched rows", ...
-            done = keyed_merge(source_held, ns, read, modes, within)
+        if keyed:  # "insert the new keys", "delete the matched rows", ...
+            done = keyed_merge(source_held, ns, read, modes, within) if within is not None else None
+        else:
+            done = set_upsert(source_held, ns, read, values) if values is not None else None
         if change is not None or done is not None:  # computed in the driver, no join in Spark
             incoming: DataFrame | pa.Table | None
             if change is not None:  # "delete the matched rows, append the source"

@@ -39,7 +39,7 @@ from partitioning.sql.assign import NotExact, assignments
 from partitioning.sql.filters import Filter
 from partitioning.sql.tokens import Dialect
 from pipelines.columns.schema import spark_schema
-from pipelines.write.matches import as_int64, integer_like
+from pipelines.write.matches import as_int64, in_sorted, integer_like
 from pipelines.write.upsert import HeldSource
 
 __all__ = ["NOT_COLLECTED", "DriverMerge", "keyed_merge", "keyed_modes", "set_merge_values", "set_upsert"]
@@ -123,12 +123,7 @@ def _has_match(rows: pa.Table, matched: pa.Table, keys: Sequence[str]) -> pa.Arr
         return pa.array(np.zeros(rows.num_rows, dtype=bool))
     if len(keys) == 1 and integer_like(rows.schema.field(keys[0]).type):  # one sort, one binary search
         column = rows.column(keys[0])
-        values = as_int64(column.fill_null(0) if column.null_count else column)
-        held = np.sort(as_int64(matched.column(keys[0]).cast(column.type)))
-        found = held[np.minimum(np.searchsorted(held, values), held.size - 1)] == values
-        if column.null_count:
-            found &= pc.is_valid(column).to_numpy(zero_copy_only=False)
-        return pa.array(found)
+        return pa.array(in_sorted(column, np.sort(as_int64(matched.column(keys[0]).cast(column.type)))))
     at = pa.array(range(rows.num_rows), pa.int64())
     source_keys = rows.select(list(keys)).cast(pa.schema([matched.schema.field(k) for k in keys]))
     # by index (Arrow's join carries no nested payload)
