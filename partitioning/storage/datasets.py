@@ -327,7 +327,9 @@ def _next_fragment_id(head: lance.LanceDataset) -> int:
 def offsets_by_fragment(addresses: Sequence[int]) -> dict[int, list[int]]:
     """Row addresses of one table (fragment id in the high 32 bits) as fragment id -> sorted
     unique row offsets (what Lance's ``delete_rows`` takes)."""
-    values = np.unique(np.asarray(addresses, dtype=np.int64))
+    values = np.asarray(addresses, dtype=np.int64)
+    if values.size > 1 and not bool(np.all(values[1:] > values[:-1])):  # grouped addresses arrive sorted, unique
+        values = np.unique(values)
     fragment_ids = values >> 32
     return {int(fragment_ids[a]): (values[a:b] & 0xFFFFFFFF).tolist() for a, b in runs(fragment_ids)}
 

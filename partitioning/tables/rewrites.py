@@ -211,7 +211,7 @@ def _commit_update(
     one onto that commit's data."""
     with translate_lance_errors(f"commit {uri}"):
         ds = lance.LanceDataset.commit(
-            uri,
+            head,  # its open store and caches; ``read_version`` pins what it commits on
             LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated, new_fragments=new),
             read_version=head.version,
             storage_options=dict(storage_options) if storage_options else None,
