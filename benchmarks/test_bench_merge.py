@@ -41,6 +41,7 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -208,32 +209,12 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
             ]
         )
 
-    def lance_merge_floor(root: str) -> None:
+    def lance_merge(root: str, *, moved_first: bool) -> None:
         # Lance's merge_insert on each partition table with its share of the source, threaded,
-        # and one __manifest commit (a moved row is inserted, its old row kept: a floor)
-        ns = PartitionedNamespace.load(root)
-        tables = ns.partitions()
-        rows = pq.read_table(source_path).sort_by("p")
-        ps = rows.column("p").to_numpy()
-        starts = np.searchsorted(ps, np.arange(PARTITIONS + 1))
-        field = next(iter(tables[0].values))
-
-        def one(table: Any) -> int:
-            p = int(table.values[field])
-            share = rows.slice(int(starts[p]), int(starts[p + 1] - starts[p]))
-            ds = lance.dataset(table.uri, version=table.read_version)
-            builder = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
-            builder.execute(share)
-            return lance.dataset(table.uri).version
-
-        with ThreadPoolExecutor(PARALLEL_COMMITS) as pool:
-            recorded(ns, tables, list(pool.map(one, tables)))
-
-    def lance_correct_floor(root: str) -> None:
-        # the merge Lance's own engine can do that is a correct merge: per partition table, a
-        # keys-only read (id and row address) finds the rows whose key the source moves to
-        # another partition, Lance deletes them (a deletion vector and a commit), then
-        # merge_insert takes the table's share of the source; one __manifest commit
+        # and one __manifest commit. Alone (a floor, not a merge) a moved row is inserted and its
+        # old row kept; ``moved_first`` makes it Lance's correct merge: a keys-only read (id and
+        # row address) of each table finds the rows whose key the source moves to another
+        # partition, and Lance deletes them (a deletion vector and a commit) first
         ns = PartitionedNamespace.load(root)
         tables = ns.partitions()
         rows = pq.read_table(source_path).sort_by("p")
@@ -243,22 +224,26 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         ids, moved_to = rows.column("id").to_numpy()[by_id], ps[by_id]
         field = next(iter(tables[0].values))
 
-        def one(table: Any) -> int:
-            p = int(table.values[field])
-            ds = lance.dataset(table.uri, version=table.read_version)
+        def delete_moved(uri: str, ds: lance.LanceDataset, p: int) -> lance.LanceDataset:
             keys = ds.to_table(columns=["id"], with_row_address=True)
             held = keys.column("id").to_numpy()
             at = np.minimum(np.searchsorted(ids, held), len(ids) - 1)
             gone = keys.column("_rowaddr").to_numpy()[(ids[at] == held) & (moved_to[at] != p)]
-            if len(gone):
-                fragments = {f.fragment_id: f for f in ds.get_fragments()}
-                updated, removed = [], []
-                for fid in np.unique(gone >> 32).tolist():
-                    offsets = (gone[(gone >> 32) == fid] & 0xFFFFFFFF).tolist()
-                    meta = fragments[fid].delete_rows(offsets)
-                    (removed.append(fid) if meta is None else updated.append(meta))
-                operation = LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated)
-                ds = lance.LanceDataset.commit(table.uri, operation, read_version=ds.version)
+            if not len(gone):
+                return ds
+            fragments = {f.fragment_id: f for f in ds.get_fragments()}
+            updated, removed = [], []
+            for fid in np.unique(gone >> 32).tolist():
+                meta = fragments[fid].delete_rows((gone[(gone >> 32) == fid] & 0xFFFFFFFF).tolist())
+                (removed.append(fid) if meta is None else updated.append(meta))
+            operation = LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated)
+            return lance.LanceDataset.commit(uri, operation, read_version=ds.version)
+
+        def one(table: Any) -> int:
+            p = int(table.values[field])
+            ds = lance.dataset(table.uri, version=table.read_version)
+            if moved_first:
+                ds = delete_moved(table.uri, ds, p)
             share = rows.slice(int(starts[p]), int(starts[p + 1] - starts[p]))
             ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(share)
             return lance.dataset(table.uri).version
@@ -334,7 +319,7 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         _timed("", update_floor, samples["Spark update floor"])
         check(root, uri)
         assert DeltaTable(uri).to_pyarrow_table(columns=["id"]).num_rows == expected_rows
-        _timed(correct, lance_correct_floor, samples["Lance correct merge floor"])
+        _timed(correct, partial(lance_merge, moved_first=True), samples["Lance correct merge floor"])
         check(correct, uri)  # the same rows as delta-rs's merge
         _timed(root, ours_update, samples["ours update"])
         _timed(uri, delta_update, samples["delta update"])
@@ -344,7 +329,7 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         check(root, uri)
         _timed(spare, read_floor, samples["PySpark+Lance read floor"])
         _timed(spare, lance_floor, samples["Lance commit floor"])
-        _timed(lance_own, lance_merge_floor, samples["Lance merge_insert floor"])
+        _timed(lance_own, partial(lance_merge, moved_first=False), samples["Lance merge_insert floor"])
         # the tables then have the history ours have when their update of s = 's3' is timed:
         # the merge, then the update of the `div` rows (DataFusion's integer division)
         lance_update_floor(lance_own, f"(id / {PARTITIONS}) % 100 = 0")
