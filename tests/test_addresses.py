@@ -44,3 +44,7 @@ def test_row_addresses_split_by_fragment_as_plain_python_does(pairs: list[tuple[
         expected.setdefault(fragment, set()).add(offset)
     addresses = [fragment * 2**32 + offset for fragment, offset in pairs]
     assert offsets_by_fragment(addresses) == {f: sorted(o) for f, o in expected.items()}
+    # grouped addresses arrive sorted and unique (addresses_of), which skips the unique;
+    # sorted ones with repeats must not
+    for ordered in (sorted(set(addresses)), sorted(addresses * 2)):
+        assert offsets_by_fragment(ordered) == {f: sorted(o) for f, o in expected.items()}
