@@ -55,6 +55,7 @@ from pyspark.sql import SparkSession
 
 from partitioning.namespace import PartitionedNamespace
 from partitioning.state.partition_tables import TableCommit
+from partitioning.storage.datasets import offsets_by_fragment
 from partitioning.tables.write import PARALLEL_COMMITS, write_table
 from pipelines.read.dataframe import read_partitioned
 from pipelines.write.merge import merge_partitioned
@@ -220,8 +221,9 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
         rows = pq.read_table(source_path).sort_by("p")
         ps = rows.column("p").to_numpy()
         starts = np.searchsorted(ps, np.arange(PARTITIONS + 1))
-        by_id = np.argsort(rows.column("id").to_numpy())
-        ids, moved_to = rows.column("id").to_numpy()[by_id], ps[by_id]
+        source_ids = rows.column("id").to_numpy()
+        by_id = np.argsort(source_ids)
+        ids, moved_to = source_ids[by_id], ps[by_id]
         field = next(iter(tables[0].values))
 
         def delete_moved(uri: str, ds: lance.LanceDataset, p: int) -> lance.LanceDataset:
@@ -233,8 +235,8 @@ def test_merge_and_update_vs_delta_rs(spark: SparkSession, tmp_path: Path) -> No
                 return ds
             fragments = {f.fragment_id: f for f in ds.get_fragments()}
             updated, removed = [], []
-            for fid in np.unique(gone >> 32).tolist():
-                meta = fragments[fid].delete_rows((gone[(gone >> 32) == fid] & 0xFFFFFFFF).tolist())
+            for fid, offsets in offsets_by_fragment(gone).items():
+                meta = fragments[fid].delete_rows(offsets)
                 (removed.append(fid) if meta is None else updated.append(meta))
             operation = LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated)
             return lance.LanceDataset.commit(uri, operation, read_version=ds.version)
