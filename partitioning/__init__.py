@@ -8,6 +8,8 @@ draws the arrows and ``tests/test_architecture.py`` holds the code to them):
 - :mod:`partitioning.spec`: partition specs, transforms, murmur3, expressions, the schema.
 - :mod:`partitioning.storage`: roots, paths, the ``__manifest`` store, partition datasets,
   leases, the protected path, orphans.
+- :mod:`partitioning.stats`: column statistics per partition table and the data skipping
+  they allow.
 - :mod:`partitioning.state`: one ``__manifest`` version read, pruned, planned and committed.
 - ``namespace_view`` and ``namespace``: :class:`PartitionedNamespace`, the entry point
   (the view holds its read side).

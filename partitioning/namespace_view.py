@@ -135,7 +135,12 @@ class NamespaceView:
         return layout(self._state, self.root)
 
     def plan_scan(
-        self, filter_sql: str | Filter | None = None, *, time_zone: str = "UTC", dialect: Dialect | None = None
+        self,
+        filter_sql: str | Filter | None = None,
+        *,
+        time_zone: str = "UTC",
+        dialect: Dialect | None = None,
+        column_stats: bool = True,
     ) -> ScanPlan:
         """The partition tables a filter must read (SPEC-NOTES 14), each at its recorded version.
 
@@ -143,6 +148,8 @@ class NamespaceView:
         DataFusion SQL (what Lance scans apply), with zone-less timestamps in ``time_zone``
         (default UTC); Spark callers pass their session's :class:`Dialect`. Parts the
         pruner does not understand keep every table; they never fail the plan.
+        ``column_stats=False`` prunes by partition values alone (no data skipping by the
+        tables' column statistics, :mod:`partitioning.stats.skipping`).
         """
         d = dialect or Dialect.datafusion(time_zone)
         if filter_sql is None or isinstance(filter_sql, str):
@@ -159,6 +166,7 @@ class NamespaceView:
             self.manifest_version,
             residual=residual,
             table_rows=self._state.table_rows,
+            column_stats=column_stats,
         )
 
     def orphans(self) -> list[Orphan]:

@@ -134,6 +134,7 @@ def test_table_rows_by_spec_follows_spec_id_of() -> None:
     )
     assert got[1].column_names == [
         *("object_id", "location", "read_version", "read_branch", "read_tag"),
+        "metadata",
         "partition_field_a",
     ]
 

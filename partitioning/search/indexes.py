@@ -31,6 +31,7 @@ from partitioning.spec.field_ids import field_id_of
 from partitioning.spec.vectors import is_vector_type, vector_dimension
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
+from partitioning.stats.bounds import StatsChange, TableStats
 from partitioning.storage.alignment import COMMIT_MESSAGE, dataset_columns, latest_keeping_indexes
 from partitioning.storage.guard import Guard
 from partitioning.storage.history import Operation
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 VECTOR_INDEX_TYPES = ("IVF_PQ", "IVF_FLAT", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ")
-SCALAR_INDEX_TYPES = ("BTREE", "BITMAP", "INVERTED")
+SCALAR_INDEX_TYPES = ("BTREE", "BITMAP", "INVERTED", "ZONEMAP", "BLOOMFILTER")
 METRICS = ("l2", "cosine", "dot")
 COMMIT_ATTEMPTS = 8
 DEFAULT_SAMPLE_SIZE = 65_536
@@ -297,7 +298,8 @@ def commit_indexes(
                     build = _rebuild(ns, head, build)
                     rebuilt.add(object_id)
                 head = _commit_one(table.uri, head, build, ns.storage_options)
-            commits.append(TableCommit(table.spec_id, table.values, table.location, int(head.version), object_id))
+            kept = StatsChange(TableStats(0), table.read_version)  # an index leaves the rows as they were
+            commits.append(TableCommit(table.spec_id, table.values, table.location, int(head.version), object_id, kept))
         if not commits:
             return IndexReport("index", ns.root, ns.manifest_version, tuple(names))
         built = Operation("INDEX", {"indexes": ",".join(names)}, {"partitions_touched": len(commits)})

@@ -9,6 +9,7 @@ the time transforms and scalar hashing share.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,21 @@ def is_string_type(t: pa.DataType) -> bool:
 
 def is_binary_type(t: pa.DataType) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def literal_fits(value: Any, t: pa.DataType) -> bool:
+    """Whether a bound filter literal is a value of a column of type ``t`` (a timestamp's
+    zone-awareness matching the column's)."""
+    return (
+        (pa.types.is_timestamp(t) and isinstance(value, dt.datetime) and (value.tzinfo is None) == (t.tz is None))
+        or (pa.types.is_date(t) and isinstance(value, dt.date) and not isinstance(value, dt.datetime))
+        or (pa.types.is_integer(t) and isinstance(value, int) and not isinstance(value, bool))
+        or (pa.types.is_decimal(t) and isinstance(value, decimal.Decimal))
+        or (pa.types.is_floating(t) and isinstance(value, float))
+        or (is_string_type(t) and isinstance(value, str))
+        or (pa.types.is_boolean(t) and isinstance(value, bool))
+        or (is_binary_type(t) and isinstance(value, bytes))
+    )
 
 
 def as_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

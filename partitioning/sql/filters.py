@@ -190,6 +190,23 @@ def size_of(f: Filter) -> int:
 # -- inspection and rendering -----------------------------------------------------------------
 
 
+def like_prefix(pattern: str) -> str:
+    """The plain text a backslash-escaped LIKE pattern starts with."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c in "%_":
+            break
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def columns_of(f: Filter) -> set[str]:
     if isinstance(f, Cmp | In | IsNull | Like):
         return {f.column}

@@ -24,6 +24,7 @@ from partitioning.errors import ConcurrentModification, InvalidInput
 from partitioning.spec.values import canonical_float
 from partitioning.state.namespace_state import NamespaceState
 from partitioning.state.partition_tables import TableCommit
+from partitioning.stats.bounds import STATS_KEY, TableStats
 from partitioning.storage.intents import INTENT_KEY, Intent, with_intents
 from partitioning.storage.locations import object_id_from_location
 from partitioning.storage.manifest import partition_column
@@ -197,7 +198,7 @@ def commit_rows(
             object_id=object_id,
             object_type="table",
             location=c.location,
-            metadata=row.get("metadata") or "{}",
+            metadata=table_metadata(row, c),
             read_version=c.read_version,
             read_branch=None,
             read_tag=None,
@@ -206,6 +207,24 @@ def commit_rows(
             row[partition_column(f.field_id)] = v
         out[object_id] = row
     return list(out.values())
+
+
+def table_metadata(row: Mapping[str, Any], c: TableCommit) -> str:
+    """A table row's ``metadata`` after commit ``c``: its properties, with the column statistics
+    ``c`` leaves (:class:`~partitioning.stats.bounds.StatsChange`), or without any."""
+    try:
+        props = json.loads(row.get("metadata") or "{}")
+    except ValueError:
+        props = {}
+    props = props if isinstance(props, dict) else {}
+    before = props.pop(STATS_KEY, None)
+    if c.stats is not None:
+        ok = row.get("read_branch") is None and row.get("read_tag") is None and isinstance(before, str)
+        recorded = TableStats.from_json(before, row.get("read_version")) if ok else None
+        after = c.stats.apply(recorded, row.get("read_version") if recorded is not None else None)
+        if after is not None:
+            props[STATS_KEY] = after.to_json(c.read_version)
+    return json.dumps(props, separators=(",", ":"), sort_keys=True) if props else "{}"
 
 
 def _check_new_locations(

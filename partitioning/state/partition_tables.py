@@ -17,6 +17,7 @@ import lance
 
 from partitioning.errors import CorruptNamespace, NamespaceNotFound, translate_lance_errors
 from partitioning.spec.values import canonical_float
+from partitioning.stats.bounds import StatsChange
 from partitioning.storage.locations import PartitionKey
 
 __all__ = ["PartitionTable", "TableCommit", "open_partition_table"]
@@ -45,7 +46,9 @@ class TableCommit:
     """A request to point one partition's table at ``read_version`` in the next manifest commit.
 
     ``location`` is where the data was written; for a partition that already exists in
-    the manifest it must be that table's location.
+    the manifest it must be that table's location. ``stats``: what the commit does to the
+    table's column statistics (:class:`~partitioning.stats.bounds.StatsChange`); without it
+    the table has none after the commit, and every filter reads it.
     """
 
     spec_id: int
@@ -53,6 +56,7 @@ class TableCommit:
     location: str
     read_version: int
     object_id: str | None = None
+    stats: StatsChange | None = None
 
 
 def open_partition_table(

@@ -46,6 +46,7 @@ from partitioning.sql.filters import (
     Opaque,
     Or,
     TrueFilter,
+    like_prefix,
     size_of,
 )
 from partitioning.sql.tokens import DECIMAL_CONTEXT
@@ -218,7 +219,7 @@ class _Compiler:
 
     def _like(self, f: Like) -> Expr | None:
         if f.kind == "pattern":
-            prefix = _literal_prefix(f.text)
+            prefix = like_prefix(f.text)
             if not prefix:
                 return None
             f = Like(f.column, "starts", prefix)
@@ -264,23 +265,6 @@ class _Compiler:
         if inner is None:
             return None
         return all_of([not_null(~inner & column_of(pf).is_valid()) for pf in ident])
-
-
-def _literal_prefix(pattern: str) -> str:
-    """The plain text a backslash-escaped LIKE pattern starts with."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c in "%_":
-            break
-        if c == "\\" and i + 1 < len(pattern):
-            out.append(pattern[i + 1])
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
 
 
 def partition_condition(f: Filter, spec: PartitionSpec, schema: NamespaceSchema) -> Expr | None:

@@ -12,7 +12,6 @@ out of them, one partition field at a time.
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import itertools
 import math
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from partitioning.spec.transforms import (
     MultiBucketTransform,
     YearTransform,
 )
+from partitioning.spec.values import literal_fits
 from partitioning.sql.filters import Cmp, Filter, In
 from partitioning.storage.manifest import partition_column
 
@@ -63,17 +63,7 @@ def coerce_literal(value: Any, t: pa.DataType) -> Any:
     """A bound literal checked against its column type (raises CannotPrune if it does not fit)."""
     if value is None:
         return None
-    ok = (
-        (pa.types.is_timestamp(t) and isinstance(value, dt.datetime) and (value.tzinfo is None) == (t.tz is None))
-        or (pa.types.is_date(t) and isinstance(value, dt.date) and not isinstance(value, dt.datetime))
-        or (pa.types.is_integer(t) and isinstance(value, int) and not isinstance(value, bool))
-        or (pa.types.is_decimal(t) and isinstance(value, decimal.Decimal))
-        or (pa.types.is_floating(t) and isinstance(value, float))
-        or ((pa.types.is_string(t) or pa.types.is_large_string(t)) and isinstance(value, str))
-        or (pa.types.is_boolean(t) and isinstance(value, bool))
-        or ((pa.types.is_binary(t) or pa.types.is_large_binary(t)) and isinstance(value, bytes))
-    )
-    if not ok:
+    if not literal_fits(value, t):
         raise CannotPrune
     return value
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -11,14 +12,19 @@ import pyarrow.compute as pc
 from partitioning.errors import CorruptNamespace
 from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
-from partitioning.sql.filters import Filter, TrueFilter, to_sql
+from partitioning.sql.filters import Filter, TrueFilter, columns_of, to_sql
+from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.pruning import partition_condition
+from partitioning.stats.skipping import may_match
+from partitioning.storage.alignment import dataset_columns
 from partitioning.storage.manifest import partition_column
 from partitioning.storage.paths import table_uri
 
 __all__ = ["ScanPlan", "ScanTask", "plan_tables", "table_rows_by_spec"]
 
 TASK_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")
+# A plan of at most this many tables says how many hold a scalar index on a filtered column.
+INDEX_CHECKS = 64
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class ScanPlan:
     kept: dict[int, int]
     filter: Filter
     manifest_version: int
+    skipped: dict[int, int] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[ScanTask]:
         return iter(self.tasks)
@@ -57,10 +64,25 @@ class ScanPlan:
     @property
     def summary(self) -> str:
         per_spec = ", ".join(f"spec v{s}: {self.kept.get(s, 0)}/{n}" for s, n in sorted(self.total.items()))
+        skipped = sum(self.skipped.values())
+        by_stats = f"; {skipped} skipped by column statistics" if skipped else ""
         return (
             f"lance_partitioned: scanning {len(self.tasks)} of {sum(self.total.values())} partition tables "
-            f"({per_spec}) at __manifest v{self.manifest_version}"
+            f"({per_spec}{by_stats}) at __manifest v{self.manifest_version}"
         )
+
+    def summary_with_indexes(self, schema: NamespaceSchema, storage_options: Mapping[str, str] | None) -> str:
+        """:attr:`summary` and, for a plan of at most :data:`INDEX_CHECKS` tables, how many of
+        them hold a Lance scalar index on a column of the filter (Lance's scan uses it)."""
+        columns = sorted(c for c in columns_of(self.filter) if schema.arrow.get_field_index(c) >= 0)
+        if not columns or not self.tasks or len(self.tasks) > INDEX_CHECKS:
+            return self.summary
+        with ThreadPoolExecutor(max_workers=min(8, len(self.tasks))) as pool:
+            found = list(pool.map(lambda t: _indexed(t, columns, schema, storage_options), self.tasks))
+        used = sorted(set().union(*found))
+        if not used:
+            return self.summary
+        return f"{self.summary}; {sum(map(bool, found))} scanned with a scalar index on {', '.join(used)}"
 
     def __str__(self) -> str:
         residual = to_sql(self.filter) or "(none)"
@@ -69,10 +91,20 @@ class ScanPlan:
         return "\n".join(lines)
 
 
+def _indexed(
+    task: ScanTask, columns: Sequence[str], schema: NamespaceSchema, storage_options: Mapping[str, str] | None
+) -> set[str]:
+    """The columns among ``columns`` a scalar index of the task's table covers."""
+    ds = open_partition_table(task.uri, task.read_version, task.read_branch, task.read_tag, storage_options)
+    mapping = dataset_columns(ds.schema, schema)
+    indexed = {name for i in ds.describe_indices() if "Vector" not in i.type_url for name in i.field_names}
+    return {c for c in columns if mapping.get(c) in indexed}
+
+
 def table_rows_by_spec(manifest: pa.Table, specs: Mapping[int, PartitionSpec]) -> dict[int, pa.Table]:
     """Per spec version in ``specs``, its table rows (``object_type`` 'table', ``object_id``
     ``v<N>$...``) with only the columns planning reads: :data:`TASK_COLUMNS` and that spec's
-    ``partition_field_*`` columns, in manifest order."""
+    ``partition_field_*`` columns and ``metadata`` (column statistics), in manifest order."""
     partition_columns = {s: [partition_column(f.field_id) for f in spec.fields] for s, spec in specs.items()}
     is_table = pc.equal(manifest.column("object_type"), "table")
     ids = manifest.column("object_id")
@@ -84,7 +116,7 @@ def table_rows_by_spec(manifest: pa.Table, specs: Mapping[int, PartitionSpec]) -
     else:
         masks = {s: pc.starts_with(ids, f"v{s}$") for s in partition_columns}
     return {
-        s: manifest.select([*TASK_COLUMNS, *cols]).filter(pc.and_(is_table, masks[s]))
+        s: manifest.select([*TASK_COLUMNS, "metadata", *cols]).filter(pc.and_(is_table, masks[s]))
         for s, cols in partition_columns.items()
     }
 
@@ -99,13 +131,16 @@ def plan_tables(
     *,
     residual: str | None = None,
     table_rows: Mapping[int, pa.Table] | None = None,
+    column_stats: bool = True,
 ) -> ScanPlan:
     """Prune the manifest's table rows with the bound filter ``f``, spec version by spec version.
 
     ``residual`` is the filter text the tasks carry (default: ``f`` rendered as SQL).
     ``table_rows`` is :func:`table_rows_by_spec` of ``manifest`` if the caller keeps it
     (:attr:`partitioning.state.namespace_state.NamespaceState.table_rows`); otherwise it is computed here.
-    Pruning is one Arrow filter per spec version over those columns; Python objects are
+    Pruning is one Arrow filter per spec version over those columns, then the kept tables'
+    column statistics (:func:`partitioning.stats.skipping.may_match`, unless ``column_stats``
+    is False); Python objects are
     built only for the rows kept. Every kept row's ``location`` is checked
     (:func:`partitioning.storage.paths.check_location`) before it becomes a task; rows pruned
     away are never followed, so they are not.
@@ -116,6 +151,7 @@ def plan_tables(
     tasks: list[ScanTask] = []
     total: dict[int, int] = {}
     kept: dict[int, int] = {}
+    skipped: dict[int, int] = {}
     owner: dict[str, str] = {}
     for spec_id, spec in sorted(specs.items()):
         rows = by_spec[spec_id]
@@ -123,6 +159,10 @@ def plan_tables(
         condition = partition_condition(f, spec, schema)
         if condition is not None and rows.num_rows:
             rows = rows.filter(condition)
+        matching = may_match(f, rows, schema) if column_stats and not isinstance(f, TrueFilter) else None
+        if matching is not None:
+            skipped[spec_id] = int(rows.num_rows - matching.sum())
+            rows = rows.filter(pa.array(matching))
         kept[spec_id] = rows.num_rows
         columns = [rows.column(c).to_pylist() for c in TASK_COLUMNS]
         for object_id, location, read_version, read_branch, read_tag in zip(*columns, strict=True):
@@ -146,4 +186,4 @@ def plan_tables(
                 )
             )
     tasks.sort(key=lambda t: t.object_id)
-    return ScanPlan(tuple(tasks), total, kept, f, manifest_version)
+    return ScanPlan(tuple(tasks), total, kept, f, manifest_version, skipped)

@@ -24,6 +24,7 @@ from partitioning.errors import ConcurrentModification, InvalidInput, translate_
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.progress import progress
 from partitioning.sql.filters import Dialect, Filter
+from partitioning.stats.bounds import StatsChange, TableStats
 from partitioning.storage.alignment import latest_keeping_indexes
 from partitioning.storage.datasets import commit_rewrites, compact_fragments
 from partitioning.storage.guard import Guard, guarded
@@ -214,7 +215,8 @@ def commit_compaction(
             before += fragments
             after += fragments - removed + sum(p.fragments for p in parts)
             rows += sum(p.rows for p in parts)
-            commits.append(TableCommit(table.spec_id, table.values, table.location, version, table.object_id))
+            kept = StatsChange(TableStats(0), planned)  # the same rows, in fewer files
+            commits.append(TableCommit(table.spec_id, table.values, table.location, version, table.object_id, kept))
         by_table = {k: v for k, v in by_table.items() if k not in skipped}
         if not commits:
             return MaintenanceReport("compact", ns.root, ns.manifest_version, skipped=tuple(skipped))

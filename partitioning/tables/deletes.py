@@ -20,6 +20,7 @@ from partitioning.sql.engine import matching_rows
 from partitioning.sql.filters import Dialect, Filter, TrueFilter, to_sql
 from partitioning.sql.from_sql import parse_filter, referenced_columns
 from partitioning.state.scan import ScanTask
+from partitioning.stats.bounds import StatsChange, TableStats
 from partitioning.storage.alignment import dataset_columns, reconcile
 from partitioning.storage.guard import Guard, guarded
 from partitioning.storage.history import Operation
@@ -85,7 +86,7 @@ def whole_partitions(
     """The partition tables every row of which satisfies ``filter``: it may use only identity
     partition columns (``what`` names the operation in the error), and ``match`` applies it
     to each table's partition values."""
-    planned = [t.object_id for t in ns.plan_scan(filter, dialect=d)]
+    planned = [t.object_id for t in ns.plan_scan(filter, dialect=d, column_stats=False)]
     tables = ns.tables_by_id(planned)
     candidates = [tables[oid] for oid in planned]
     chosen: list[PartitionTable] = []
@@ -232,8 +233,9 @@ def _delete(
         deleted = Operation("DELETE", {"filter": text}, {"rows_removed": rows, "partitions_touched": len(found)})
         versions = _delete_addresses(ns, [tables[oid] for oid in found], found)
         commits = [
-            TableCommit(tables[oid].spec_id, tables[oid].values, tables[oid].location, version, oid)
+            TableCommit(t.spec_id, t.values, t.location, version, oid, StatsChange(TableStats(0), t.read_version))
             for oid, version in versions.items()
+            for t in [tables[oid]]
         ]
         try:
             version = ns.commit_once(commits, operation=deleted.timed(started), guard=guard)

@@ -30,9 +30,10 @@ from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.values import canonical_float
 from partitioning.spec.vectors import is_vector_type, to_vectors, vector_dimension, wrong_lengths
 from partitioning.state.commit_rows import check_partition_value_sizes
+from partitioning.stats.bounds import collect_stats
 from partitioning.storage.datasets import write_new_fragments
 from partitioning.storage.paths import table_uri
-from partitioning.tables.messages import REJECTED, describe_key, message_schema, part_column
+from partitioning.tables.messages import REJECTED, STATS, describe_key, message_schema, part_column
 
 __all__ = ["FragmentWriter", "add_partition_columns"]
 
@@ -259,6 +260,7 @@ class FragmentWriter:
             "location": location,
             "fragments": json.dumps([f.to_json() for f in fragments]),
             "num_rows": data.num_rows,
+            STATS: collect_stats(data, self.schema.arrow).to_json(None),
         }
         for (fid, _), value in zip(self.part_fields, key, strict=True):
             row[part_column(fid)] = value

@@ -31,10 +31,12 @@ import lance
 
 from partitioning.errors import ConcurrentModification, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace, TableCommit
+from partitioning.spec.field_ids import field_id_of
 from partitioning.sql.assign import lance_assignments
 from partitioning.sql.filters import Filter
 from partitioning.sql.rowfilter import exact_lance_filter
 from partitioning.sql.tokens import Dialect
+from partitioning.stats.bounds import StatsChange, TableStats
 from partitioning.storage.alignment import dataset_columns, is_aligned
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS
 from partitioning.storage.guard import Guard
@@ -94,7 +96,7 @@ def update_in_lance(
         return None
     rows = sum(u.rows for u in changed)
     version, attempt = _commit(
-        ns, read, changed, read_set, _metrics(operation, changed, started), guard, intent, max_attempts
+        ns, read, changed, read_set, _metrics(operation, changed, started), guard, intent, max_attempts, _ids(ns, set)
     )
     return RewriteResult(
         root=ns.root,
@@ -186,6 +188,13 @@ def _run(
         return None
 
 
+def _ids(ns: PartitionedNamespace, set: Mapping[str, str]) -> frozenset[str]:
+    """The field ids of the top-level columns an update's assignments change."""
+    arrow = ns.namespace_schema.arrow
+    names = {column.split(".")[0] for column in set}
+    return frozenset(str(field_id_of(arrow.field(n))) for n in names if arrow.get_field_index(n) >= 0)
+
+
 def _metrics(operation: Operation, changed: list[_Changed], started: float | None) -> Operation:
     rows = sum(u.rows for u in changed)
     recorded = operation.with_metrics(
@@ -224,8 +233,10 @@ def _commit(
     guard: Guard | None,
     intent: Intent | None,
     max_attempts: int,
+    updated: frozenset[str],
 ) -> tuple[int, int]:
-    """ONE ``__manifest`` commit of the tables' new versions: (its version, the attempts)."""
+    """ONE ``__manifest`` commit of the tables' new versions: (its version, the attempts);
+    the tables keep their column statistics but those of the ``updated`` field ids."""
     schema_json = ns.namespace_schema.to_json()
     what = recorded.name.lower()
     last: ConcurrentModification | None = None
@@ -244,9 +255,10 @@ def _commit(
             raise ReadSetChanged(f"{ns.root}: {difference} while this {what} ran")
         current = ns.tables_by_id(u.object_id for u in changed)
         commits = [
-            TableCommit(t.spec_id, t.values, t.location, u.version, u.object_id)
+            TableCommit(t.spec_id, t.values, t.location, u.version, u.object_id, forget)
             for u in changed
             for t in [current[u.object_id]]
+            for forget in [StatsChange(TableStats(0), read[u.object_id], forget=updated)]
         ]
         try:
             version = ns.commit_once(commits, operation=recorded, guard=guard, intent=intent)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lance
@@ -26,6 +26,7 @@ from partitioning.namespace import PartitionedNamespace, PartitionKey, Partition
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.values import canonical_float
 from partitioning.spec.vectors import length_error, vector_dimension
+from partitioning.stats.bounds import StatsChange, TableStats
 from partitioning.storage.datasets import PARALLEL_STATS, commit_version, missing_data_files, write_new_fragments
 from partitioning.storage.paths import table_uri
 
@@ -33,6 +34,9 @@ __all__ = ["Pending", "check_files", "check_rejected", "group_messages", "messag
 
 
 PART_PREFIX = "__part_"
+
+# The column statistics of the rows a message's fragments hold (TableStats JSON, no version).
+STATS = "stats"
 
 # A message row with this column set reports rows a task refused ({column: count}, JSON)
 # instead of fragments; the driver then refuses the whole write (:func:`check_rejected`).
@@ -51,6 +55,7 @@ def message_schema(part_fields: Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
             pa.field("location", pa.string(), nullable=False),
             pa.field("fragments", pa.string(), nullable=False),
             pa.field("num_rows", pa.int64(), nullable=False),
+            pa.field(STATS, pa.string()),
             *[pa.field(part_column(fid), t) for fid, t in part_fields],
             pa.field(REJECTED, pa.string()),
         ]
@@ -68,13 +73,19 @@ def describe_key(part_fields: Sequence[tuple[str, Any]], key: PartitionKey) -> s
 
 @dataclass
 class Pending:
-    """The written-but-uncommitted fragments of one partition."""
+    """The written-but-uncommitted fragments of one partition; ``stats``: their rows' column
+    statistics (None when a message came without them)."""
 
     key: PartitionKey
     object_id: str
     location: str
     fragments: list[FragmentMetadata]
     rows: int
+    stats: TableStats | None = field(default_factory=lambda: TableStats(0))
+
+    def stats_change(self, base_version: int | None) -> StatsChange | None:
+        """What committing these fragments on table version ``base_version`` (None: alone) does to its statistics."""
+        return StatsChange(self.stats, base_version) if self.stats is not None else None
 
 
 def check_rejected(messages: pa.Table, schema: NamespaceSchema) -> pa.Table:
@@ -107,6 +118,8 @@ def group_messages(messages: pa.Table, field_ids: Sequence[str]) -> dict[str, Pe
         entry = pending.setdefault(row["location"], Pending(key, row["object_id"], row["location"], [], 0))
         entry.fragments.extend(FragmentMetadata.from_json(json.dumps(f)) for f in json.loads(row["fragments"]))
         entry.rows += row["num_rows"]
+        added = TableStats.from_message(row[STATS]) if row.get(STATS) else None
+        entry.stats = entry.stats.merged(added) if entry.stats is not None and added is not None else None
     return pending
 
 
@@ -133,7 +146,7 @@ def relocate(
         storage_options=ns.storage_options,
         max_rows_per_file=max_rows_per_file,
     )
-    return Pending(pending.key, target_id, target, fragments, pending.rows)
+    return Pending(pending.key, target_id, target, fragments, pending.rows, pending.stats)
 
 
 def place_pending(

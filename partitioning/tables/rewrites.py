@@ -22,6 +22,7 @@ conflict detection.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -41,6 +42,7 @@ from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.values import canonical_float
 from partitioning.sql.filters import Dialect, Filter
 from partitioning.state.partition_tables import PartitionTable
+from partitioning.stats.bounds import StatsChange, TableStats
 from partitioning.storage.alignment import COMMIT_MESSAGE, align_schema, is_aligned, latest_keeping_indexes, renumber
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS, commit_version, offsets_by_fragment
 from partitioning.storage.guard import Guard
@@ -250,7 +252,8 @@ def _changes(
     for entry, values, existing in place_pending(ns, pending, spec_id, schema, max_rows_per_file):
         created += existing is None
         uri = table_uri(ns.root, entry.object_id, entry.location)
-        commit = TableCommit(spec.spec_id, values, entry.location, -1, entry.object_id)
+        stats = entry.stats_change(existing.read_version if existing is not None else None)
+        commit = TableCommit(spec.spec_id, values, entry.location, -1, entry.object_id, stats)
         changes[entry.object_id] = _Change(commit, uri, existing, list(entry.fragments), ())
     for object_id, addresses in deletions.items():
         if not addresses:
@@ -260,7 +263,8 @@ def _changes(
             raise ReadSetChanged(f"partition table {object_id} was removed")
         change = changes.get(object_id)
         if change is None:
-            commit = TableCommit(table.spec_id, table.values, table.location, -1, object_id)
+            kept = StatsChange(TableStats(0), table.read_version)
+            commit = TableCommit(table.spec_id, table.values, table.location, -1, object_id, kept)
             changes[object_id] = _Change(commit, table.uri, table, [], addresses)
         else:
             change.addresses = addresses
@@ -282,8 +286,7 @@ def _commit_one(
         version = commit_version(uri, schema, change.fragments, opts, base=base, verify=False, base_on_main=main)
     else:
         version = delete_and_append(uri, schema, base, change.fragments, change.addresses, opts, base_on_main=main)
-    c = change.commit
-    return TableCommit(c.spec_id, c.values, c.location, version, c.object_id)
+    return dataclasses.replace(change.commit, read_version=version)
 
 
 def commit_rewrite(

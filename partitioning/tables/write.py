@@ -172,7 +172,8 @@ def commit_write(
                 base=ns.open_table(existing) if existing is not None else None,
                 verify=False,
             )
-            return TableCommit(spec.spec_id, values, entry.location, version, entry.object_id)
+            stats = entry.stats_change(existing.read_version if existing is not None else None)
+            return TableCommit(spec.spec_id, values, entry.location, version, entry.object_id, stats)
 
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(planned)))) as pool:
             commits = list(pool.map(commit_one, planned))

@@ -198,7 +198,8 @@ def create_scalar_index(
     storage_options: Mapping[str, str] | None = None,
     spark: SparkSession | None = None,
 ) -> IndexReport:
-    """Build a scalar index (BTREE, BITMAP or INVERTED) on ``column`` in the selected partitions."""
+    """Build a scalar index (BTREE, BITMAP, INVERTED, ZONEMAP or BLOOMFILTER) on ``column`` in the
+    selected partitions; Lance's scans use it for the filters they are given."""
     session = session_or_active(spark)
     ns = _load(root, session, storage_options)
     spec = define_scalar_index(ns, column, index_type, name)

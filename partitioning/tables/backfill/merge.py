@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,8 @@ from lance.schema import LanceSchema
 
 from partitioning.errors import ConcurrentModification, PartitioningError, translate_lance_errors
 from partitioning.namespace import TableCommit
+from partitioning.spec.field_ids import field_id_of
+from partitioning.stats.bounds import StatsChange, TableStats
 from partitioning.storage.alignment import COMMIT_MESSAGE, is_aligned, latest_keeping_indexes
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS
 from partitioning.tables.backfill.plan import TEMP_PREFIX, BackfillColumns, TablePlan, WrittenFragment
@@ -59,6 +61,25 @@ def merged_or_rewritten(
         return _merged(plan, recorded, written, columns, storage_options)
     except Rewritten as exc:
         return exc
+
+
+def _stats_change(
+    recorded: int, written: Iterable[WrittenFragment], columns: BackfillColumns, left: int
+) -> StatsChange:
+    """The table keeps its statistics but for the backfilled columns, whose statistics are the
+    values written when every fragment got them; otherwise (rows left NULL in fragments
+    appended meanwhile, a fragment without statistics) they are forgotten."""
+    arrow = columns.after.arrow
+    ids = frozenset(str(field_id_of(arrow.field(n))) for n in columns.names)
+    parts = [TableStats.from_message(w.stats) if w.stats else None for w in written]
+    if left or any(p is None for p in parts):
+        return StatsChange(TableStats(0), recorded, forget=ids)
+    whole = TableStats(0)
+    for p in parts:
+        assert p is not None
+        whole = whole.merged(p)
+    known = {fid: c for fid, c in whole.columns.items() if fid in ids}
+    return StatsChange(TableStats(0), recorded, forget=ids, replace=known)
 
 
 def _files(meta: Any) -> list[str]:
@@ -131,7 +152,8 @@ def _merged(
             if dropped:
                 ds = lance.dataset(uri, storage_options=opts)
             t = plan.table
-            return Committed(TableCommit(t.spec_id, t.values, t.location, int(ds.version), oid), left, dropped)
+            stats = _stats_change(recorded, written.values(), columns, left)
+            return Committed(TableCommit(t.spec_id, t.values, t.location, int(ds.version), oid, stats), left, dropped)
     raise ConcurrentModification(
         f"backfill of {plan.label}: other commits to its dataset kept landing first "
         f"({DEFAULT_COMMIT_ATTEMPTS} attempts); nothing was committed, run it again"

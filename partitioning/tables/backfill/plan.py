@@ -38,6 +38,7 @@ from partitioning.errors import (
 from partitioning.spec.partition_spec import PartitionSpec
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.state.partition_tables import PartitionTable
+from partitioning.stats.bounds import TableStats, collect_stats
 from partitioning.storage.alignment import align_schema, is_aligned, latest_keeping_indexes
 from partitioning.storage.datasets import live_rows
 
@@ -279,8 +280,10 @@ def conform(out: Any, columns: BackfillColumns, rows: int, where: str) -> pa.Rec
 
 @dataclass(frozen=True)
 class WrittenFragment:
-    """A fragment's new data file, uncommitted: the fragment as Lance returned it (JSON)
-    and the dataset's Lance schema after it (pickled)."""
+    """A fragment's new data file, uncommitted: the fragment as Lance returned it (JSON),
+    the dataset's Lance schema after it (pickled) and the column statistics of the values
+    it holds (:class:`~partitioning.stats.bounds.TableStats` JSON, keyed by the output
+    columns' field ids)."""
 
     object_id: str
     fragment_id: int
@@ -288,6 +291,7 @@ class WrittenFragment:
     lance_schema: bytes
     rows: int
     bytes_written: int
+    stats: str | None = None
 
 
 def write_fragment(
@@ -302,14 +306,17 @@ def write_fragment(
     batches is raised as it was."""
     counted = 0
     failure: list[BaseException] = []
+    seen = TableStats(0)
 
     def stream() -> Iterator[pa.RecordBatch]:
-        nonlocal counted
+        nonlocal counted, seen
         try:
             for batch in batches:
                 counted += batch.num_rows
                 if counted > work.rows:
                     raise InvalidInput(f"backfill of {work.where}: more rows computed than its {work.rows} rows")
+                named = pa.Table.from_batches([batch]).rename_columns(list(columns.names))
+                seen = seen.merged(collect_stats(named, columns.after.arrow))
                 yield batch
         except BaseException as exc:
             failure.append(exc)
@@ -337,4 +344,5 @@ def write_fragment(
         pickle.dumps(schema),
         counted,
         sum(int(f.file_size_bytes or 0) for f in new),
+        seen.to_json(None),
     )
