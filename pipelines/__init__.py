@@ -8,7 +8,7 @@ Everything that imports PySpark lives here, on top of :mod:`partitioning`. The f
   ``read_options`` (what a read hands the data source), ``jar`` (where the JVM layer's jar
   is, and adding it to a running session); ``sample`` makes demo data.
 - :mod:`pipelines.columns`: transforms as Spark Columns, Spark schemas.
-- :mod:`pipelines.search`: vector search and index builds.
+- :mod:`pipelines.search`: vector and full-text search, index builds.
 - :mod:`pipelines.source`: the ``lance_partitioned`` data source (reader and writer, and
   their Structured Streaming sides).
 - :mod:`pipelines.read`: ``read_partitioned``, small local reads, the shuffle-free join.
@@ -31,6 +31,7 @@ from pipelines.read.dataframe import read_partitioned
 from pipelines.read.join import join_partitioned
 from pipelines.search.indexes import create_scalar_index, create_vector_index, optimize_indexes
 from pipelines.search.queries import knn_join, search_partitioned
+from pipelines.search.text import search_text_partitioned
 from pipelines.session import build_session
 from pipelines.source.datasource import LancePartitionedDataSource, register_data_source
 from pipelines.source.stream_writer import batch_write_id
@@ -64,6 +65,7 @@ __all__ = [
     "register_data_source",
     "restore",
     "search_partitioned",
+    "search_text_partitioned",
     "spark_schema",
     "update_rows",
     "vacuum",

@@ -6,6 +6,9 @@ commits index segments per partition table; ``query_args`` checks a search's arg
 ``nearest`` plans and searches across partitions, with ``knn_scan`` as the exact
 brute-force top-k of a filtered batch, and ``scanned`` answering unfiltered searches of
 small partitions from their vectors in memory (``vector_cache``: the cache and the scoring).
+``text`` is full-text search ranked by BM25 with the statistics of the whole table, over
+``text_postings`` (each partition's text tokenized as its INVERTED index does, kept per
+pinned version).
 
 May import: :mod:`partitioning.namespace` and everything below it. Imported by :mod:`pipelines`.
 """
