@@ -167,6 +167,7 @@ class NamespaceView:
             residual=residual,
             table_rows=self._state.table_rows,
             column_stats=column_stats,
+            row_stats=self._state.row_stats,
         )
 
     def orphans(self) -> list[Orphan]:

@@ -181,3 +181,20 @@ def test_statistics_are_recorded_in_the_table_rows(spark: SparkSession, warehous
     root, _ = _events(spark, warehouse)
     manifest = lance.dataset(str(Path(root, "__manifest"))).to_table(filter="object_type = 'table'")
     assert all("lance_partitioned.stats" in m for m in manifest.column("metadata").to_pylist())
+
+
+def test_a_stream_with_compaction_keeps_statistics(spark: SparkSession, tmp_path: Path) -> None:
+    """Micro-batches commit their rows' statistics and auto-compaction keeps them: the ids the
+    stream wrote are found, and ids beyond them skip every table."""
+    from tests.test_streaming import add_files, stream_files
+
+    expected = add_files(tmp_path / "in", 0, 8, rows=30)
+    root = tmp_path / "ns"
+    stream_files(spark, tmp_path / "in", root, tmp_path / "ck", auto_compact_after="3").awaitTermination()
+    ns = PartitionedNamespace.load(str(root))
+    assert "COMPACT" in [r["operation"] for r in ns.history().to_pylist()]
+    for i in (0, 31, 239, 240, -1):
+        got = read_partitioned(spark, str(root), filter=f"id = {i}").toPandas()
+        assert sorted(got.id) == sorted(expected[expected.id == i].id)
+        kept = ns.plan_scan(f"id = {i}")
+        assert (len(kept) == 0) == (not 0 <= i < 240), kept.summary

@@ -26,6 +26,7 @@ from partitioning.state.lookup import namespace_rows, rows_by_id, table_rows_for
 from partitioning.state.partition_tables import PartitionTable, TableCommit
 from partitioning.state.rows import ReadRows
 from partitioning.state.scan import table_rows_by_spec
+from partitioning.stats.skipping import RowStats
 from partitioning.storage.locations import PartitionKey, spec_id_of
 from partitioning.storage.manifest import ROW_ADDRESS, ManifestStore, partition_column
 from partitioning.storage.paths import table_uri
@@ -123,6 +124,11 @@ class NamespaceState:
         """Per known spec version, its table rows as Arrow columns (``object_id``, ``location``, the
         ``read_*`` columns and that spec's ``partition_field_*`` columns), in manifest order."""
         return table_rows_by_spec(self.manifest, self.specs)
+
+    @cached_property
+    def row_stats(self) -> Mapping[int, RowStats]:
+        """Per known spec version, the column statistics of its table rows, decoded on first use."""
+        return {spec_id: RowStats(rows) for spec_id, rows in self.table_rows.items()}
 
     @cached_property
     def rows(self) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -15,7 +16,7 @@ from partitioning.spec.schema import NamespaceSchema
 from partitioning.sql.filters import Filter, TrueFilter, columns_of, to_sql
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.pruning import partition_condition
-from partitioning.stats.skipping import may_match
+from partitioning.stats.skipping import RowStats
 from partitioning.storage.alignment import dataset_columns
 from partitioning.storage.manifest import partition_column
 from partitioning.storage.paths import table_uri
@@ -23,6 +24,7 @@ from partitioning.storage.paths import table_uri
 __all__ = ["ScanPlan", "ScanTask", "plan_tables", "table_rows_by_spec"]
 
 TASK_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")
+_ROW = "__row_number"
 # A plan of at most this many tables says how many hold a scalar index on a filtered column.
 INDEX_CHECKS = 64
 
@@ -132,11 +134,13 @@ def plan_tables(
     residual: str | None = None,
     table_rows: Mapping[int, pa.Table] | None = None,
     column_stats: bool = True,
+    row_stats: Mapping[int, RowStats] | None = None,
 ) -> ScanPlan:
     """Prune the manifest's table rows with the bound filter ``f``, spec version by spec version.
 
     ``residual`` is the filter text the tasks carry (default: ``f`` rendered as SQL).
-    ``table_rows`` is :func:`table_rows_by_spec` of ``manifest`` if the caller keeps it
+    ``table_rows`` is :func:`table_rows_by_spec` of ``manifest`` if the caller keeps it, and
+    ``row_stats`` their :class:`~partitioning.stats.skipping.RowStats`
     (:attr:`partitioning.state.namespace_state.NamespaceState.table_rows`); otherwise it is computed here.
     Pruning is one Arrow filter per spec version over those columns, then the kept tables'
     column statistics (:func:`partitioning.stats.skipping.may_match`, unless ``column_stats``
@@ -157,9 +161,17 @@ def plan_tables(
         rows = by_spec[spec_id]
         total[spec_id] = rows.num_rows
         condition = partition_condition(f, spec, schema)
+        stats = (row_stats or {}).get(spec_id) or RowStats(rows) if column_stats else None
+        kept_rows: np.ndarray | None = None
         if condition is not None and rows.num_rows:
-            rows = rows.filter(condition)
-        matching = may_match(f, rows, schema) if column_stats and not isinstance(f, TrueFilter) else None
+            if stats is None:
+                rows = rows.filter(condition)
+            else:
+                numbered = rows.append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+                rows = numbered.filter(condition)
+                kept_rows = rows.column(_ROW).to_numpy()
+                rows = rows.drop_columns([_ROW])
+        matching = stats.may_match(f, schema, kept_rows) if stats is not None and rows.num_rows else None
         if matching is not None:
             skipped[spec_id] = int(rows.num_rows - matching.sum())
             rows = rows.filter(pa.array(matching))

@@ -38,6 +38,7 @@ __all__ = [
     "TableStats",
     "collect_stats",
     "raised",
+    "raw_stats",
     "stats_type",
 ]
 
@@ -69,6 +70,17 @@ class ColumnStats:
             _side(self, other, "lo", min),
             _side(self, other, "hi", max),
         )
+
+    @classmethod
+    def from_raw(cls, c: Any) -> ColumnStats | None:
+        """One column's entry as JSON decoded it; None if it is not one :meth:`to_json` makes."""
+        try:
+            counts = (c["nulls"], c["nans"], c["values"])
+            kind = str(c["type"])
+            lo, hi = _decode(kind, c.get("lo")), _decode(kind, c.get("hi"))
+        except (TypeError, KeyError, AttributeError):
+            return None
+        return cls(kind, counts[0], counts[1], counts[2], lo, hi) if all(_is_count(n) for n in counts) else None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "nulls": self.nulls, "nans": self.nans, "values": self.values}
@@ -114,14 +126,8 @@ class TableStats:
     def from_json(cls, text: str, version: int | None) -> TableStats | None:
         """The statistics in ``text`` if they hold for table ``version``; None when they do not,
         or when they are not well-formed (a row written by hand or by another engine)."""
-        try:
-            body = json.loads(text)
-            recorded = body["version"]
-        except (ValueError, TypeError, KeyError):
-            return None
-        if version is None or isinstance(recorded, bool) or recorded != version:
-            return None
-        return cls._parse(body)
+        body = raw_stats(text, version)
+        return cls._parse(body) if body is not None else None
 
     @classmethod
     def from_message(cls, text: str) -> TableStats | None:
@@ -134,18 +140,28 @@ class TableStats:
     @classmethod
     def _parse(cls, body: Any) -> TableStats | None:
         try:
-            columns = {}
-            for fid, c in body["columns"].items():
-                counts = [c["nulls"], c["nans"], c["values"]]
-                if not all(_is_count(n) for n in counts):
-                    return None
-                kind = str(c["type"])
-                lo, hi = _decode(kind, c.get("lo")), _decode(kind, c.get("hi"))
-                columns[str(fid)] = ColumnStats(kind, counts[0], counts[1], counts[2], lo, hi)
+            columns = {str(fid): ColumnStats.from_raw(c) for fid, c in body["columns"].items()}
             rows = body["rows"]
-            return cls(rows, columns) if _is_count(rows) else None
         except (TypeError, KeyError, AttributeError):
             return None
+        if not _is_count(rows) or any(c is None for c in columns.values()):
+            return None
+        return cls(rows, {f: c for f, c in columns.items() if c is not None})
+
+
+def raw_stats(text: Any, version: int | None) -> dict[str, Any] | None:
+    """The decoded JSON of statistics recorded for table ``version`` (their ``columns`` a
+    mapping), or None when ``text`` holds none for that version."""
+    if not isinstance(text, str) or version is None:
+        return None
+    try:
+        body = json.loads(text)
+        recorded = body["version"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if isinstance(recorded, bool) or recorded != version or not isinstance(body.get("columns"), dict):
+        return None
+    return body
 
 
 @dataclass(frozen=True)

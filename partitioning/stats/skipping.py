@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,40 +33,63 @@ from partitioning.spec.field_ids import field_id_of
 from partitioning.spec.schema import NamespaceSchema
 from partitioning.spec.values import literal_fits
 from partitioning.sql.filters import And, Approx, Cmp, Const, Filter, In, IsNull, Like, Not, Or, columns_of, like_prefix
-from partitioning.stats.bounds import STATS_KEY, TableStats, raised, stats_type
+from partitioning.stats.bounds import STATS_KEY, ColumnStats, raised, raw_stats, stats_type
 
-__all__ = ["may_match", "table_stats"]
+__all__ = ["RowStats", "may_match"]
 
 
-def table_stats(rows: pa.Table) -> list[TableStats | None]:
-    """Each table row's statistics, if it has some that hold for the version the row reads."""
-    columns = [rows.column(c).to_pylist() for c in ("metadata", "read_version", "read_branch", "read_tag")]
-    out: list[TableStats | None] = []
-    for metadata, version, branch, tag in zip(*columns, strict=True):
-        text = None
-        if metadata and STATS_KEY in metadata and branch is None and tag is None:
-            try:
-                text = json.loads(metadata).get(STATS_KEY)
-            except (ValueError, AttributeError):
-                text = None
-        out.append(TableStats.from_json(text, version) if isinstance(text, str) else None)
-    return out
+class RowStats:
+    """The column statistics of a list of ``__manifest`` table rows (``metadata`` and the
+    ``read_*`` columns), decoded on first use, one column at a time, and kept: a manifest
+    version's state holds one per spec version, so its statistics are decoded once."""
+
+    def __init__(self, rows: pa.Table) -> None:
+        self._rows = rows
+        self._raw: list[Mapping[str, Any] | None] | None = None
+        self._ranges: dict[tuple[str, str], _Ranges] = {}
+
+    def _columns(self) -> list[Mapping[str, Any] | None]:
+        """Per row, its statistics' ``columns`` if they hold for the version the row reads."""
+        if self._raw is None:
+            names = ("metadata", "read_version", "read_branch", "read_tag")
+            raw: list[Mapping[str, Any] | None] = []
+            for metadata, version, branch, tag in zip(*(self._rows.column(c).to_pylist() for c in names), strict=True):
+                body = None
+                if metadata and STATS_KEY in metadata and branch is None and tag is None:
+                    try:
+                        props = json.loads(metadata)
+                    except ValueError:
+                        props = None
+                    body = raw_stats(props.get(STATS_KEY), version) if isinstance(props, dict) else None
+                raw.append(body["columns"] if body is not None else None)
+            self._raw = raw
+        return self._raw
+
+    def ranges(self, field: pa.Field) -> _Ranges:
+        key = (str(field_id_of(field)), str(field.type))
+        found = self._ranges.get(key)
+        if found is None:
+            found = self._ranges[key] = _Ranges.of(self._columns(), field)
+        return found
+
+    def may_match(self, f: Filter, schema: NamespaceSchema, rows: np.ndarray | None = None) -> np.ndarray | None:
+        """Per row (of ``rows``, indices; default every row), False when its table's statistics
+        prove no row matches ``f``; None when no column of ``f`` has statistics to judge by."""
+        arrow = schema.arrow
+        names = [c for c in columns_of(f) if arrow.get_field_index(c) >= 0]
+        fields = {c: arrow.field(c) for c in names if stats_type(arrow.field(c).type) is not None}
+        if not fields or not self._rows.num_rows or all(c is None for c in self._columns()):
+            return None
+        ranges = {c: self.ranges(field) for c, field in fields.items()}
+        if rows is not None:
+            ranges = {c: r.take(rows) for c, r in ranges.items()}
+        n = self._rows.num_rows if rows is None else len(rows)
+        return _Judge(ranges, n).keep(f)
 
 
 def may_match(f: Filter, rows: pa.Table, schema: NamespaceSchema) -> np.ndarray | None:
-    """Per row of ``rows`` (``__manifest`` table rows with ``metadata`` and ``read_*``), False
-    when its table's statistics prove no row matches ``f``; None when no column of ``f`` has
-    statistics to judge by (every table may match)."""
-    arrow = schema.arrow
-    names = [c for c in columns_of(f) if arrow.get_field_index(c) >= 0]
-    fields = {c: arrow.field(c) for c in names if stats_type(arrow.field(c).type) is not None}
-    if not fields or not rows.num_rows or STATS_KEY not in "".join(rows.column("metadata").drop_null().to_pylist()):
-        return None
-    stats = table_stats(rows)
-    if all(s is None for s in stats):
-        return None
-    ranges = {c: _Ranges.of(stats, fields[c]) for c in fields}
-    return _Judge(ranges, rows.num_rows).keep(f)
+    """:meth:`RowStats.may_match` of ``rows`` decoded for this call."""
+    return RowStats(rows).may_match(f, schema)
 
 
 @dataclass(frozen=True)
@@ -81,21 +104,27 @@ class _Ranges:
     hi: pa.Array
 
     @classmethod
-    def of(cls, stats: Sequence[TableStats | None], field: pa.Field) -> _Ranges:
+    def of(cls, columns: Sequence[Mapping[str, Any] | None], field: pa.Field) -> _Ranges:
         fid, t = str(field_id_of(field)), field.type
         kind = stats_type(t)
-        n = len(stats)
+        n = len(columns)
         values, nulls, nans = np.ones(n, bool), np.ones(n, bool), np.ones(n, bool)
         lo: list[Any] = [None] * n
         hi: list[Any] = [None] * n
-        for i, s in enumerate(stats):
-            c = s.columns.get(fid) if s is not None else None
+        for i, recorded in enumerate(columns):
+            c = ColumnStats.from_raw(recorded.get(fid)) if recorded is not None and fid in recorded else None
             if c is None or c.type != kind:
                 continue
             values[i], nulls[i], nans[i] = c.values > 0, c.nulls > 0, c.nans > 0
             lo[i], hi[i] = c.lo, c.hi
         wide = pa.float64() if pa.types.is_floating(t) else t
         return cls(wide, values, nulls, nans, _typed(lo, t, wide), _typed(hi, t, wide))
+
+    def take(self, rows: np.ndarray) -> _Ranges:
+        at = pa.array(rows, pa.int64())
+        return _Ranges(
+            self.type, self.values[rows], self.nulls[rows], self.nans[rows], self.lo.take(at), self.hi.take(at)
+        )
 
 
 def _typed(bounds: list[Any], t: pa.DataType, wide: pa.DataType) -> pa.Array:
