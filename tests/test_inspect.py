@@ -159,20 +159,37 @@ def test_files_table_sums_to_the_partitions(built: Built) -> None:
             assert f["row_count"] == f["physical_rows"] - f["deleted_rows"]
 
 
+def _holding(ns: PartitionedNamespace, column: str, value: object) -> set[str]:
+    """The tables holding a row with ``column = value`` (read with pylance)."""
+    return {p.object_id for p in ns.partitions() if value in ns.open_table(p).to_table().column(column).to_pylist()}
+
+
 def test_filter_prunes_like_a_read(built: Built) -> None:
+    """The tables a read keeps: by partition values (spec v2 has no country field, so its
+    tables cannot be pruned by it) and then by column statistics."""
     ns = PartitionedNamespace.load(built.root)
     everything = ns.partitions()
-    us = partitions_table(built.root, filter="country = 'US'")
-    # spec v2 has no country field, so its tables cannot be pruned by it
-    expected = {p.object_id for p in everything if p.spec_id == 2 or p.values.get("country") == "US"}
-    assert set(us.column("object_id").to_pylist()) == expected
-    one = partitions_table(built.root, filter="n = 301")
-    expected = {p.object_id for p in everything if p.spec_id == 1 or p.values.get(built.bucket_field) == _bucket(301)}
-    assert set(one.column("object_id").to_pylist()) == expected
-    files = files_table(built.root, filter="country = 'FR'")
-    assert {f["object_id"] for f in files.to_pylist()} == {
-        p.object_id for p in everything if p.spec_id == 2 or p.values.get("country") == "FR"
-    }
+    cases = [
+        (
+            "country = 'US'",
+            "country",
+            "US",
+            lambda p: p.spec_id == 2 or p.values.get("country") == "US",
+            partitions_table,
+        ),
+        (
+            "n = 301",
+            "n",
+            301,
+            lambda p: p.spec_id == 1 or p.values.get(built.bucket_field) == _bucket(301),
+            partitions_table,
+        ),
+        ("country = 'FR'", "country", "FR", lambda p: p.spec_id == 2 or p.values.get("country") == "FR", files_table),
+    ]
+    for f, column, value, by_values, table in cases:
+        got = set(table(built.root, filter=f).column("object_id").to_pylist())
+        assert got == {t.object_id for t in ns.plan_scan(f)}, f
+        assert _holding(ns, column, value) <= got <= {p.object_id for p in everything if by_values(p)}, f
 
 
 def test_manifest_version_travel(built: Built) -> None:
@@ -275,9 +292,12 @@ def test_spark_tables_read_filters_in_the_session_dialect(spark, built: Built) -
     assert df.schema["partition"].dataType.fieldNames() == ["country", built.bucket_field]
     got = {(r["spec_id"], r["partition"]["country"], r["partition"][built.bucket_field]): r for r in df.collect()}
     expected = _expected_rows(built.live)
-    assert {k: r["row_count"] for k, r in got.items()} == {
+    by_values = {
         (s, v if s == 1 else None, v if s == 2 else None): n for (s, v), n in expected.items() if s == 2 or v == "US"
     }
+    ns = PartitionedNamespace.load(built.root)
+    assert {r["object_id"] for r in got.values()} == {t.object_id for t in ns.plan_scan("country = 'US'")}
+    assert {k: r["row_count"] for k, r in got.items()} == {k: n for k, n in by_values.items() if k in got}
     assert len(got) < everything
     assert all(r["last_updated"] is not None and r["indexes"] == [] for r in got.values())
     files = spark_files(spark, built.root)
