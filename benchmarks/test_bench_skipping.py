@@ -107,7 +107,7 @@ def test_statistics_cost_at_write(tmp_path, monkeypatch, shape):
         write_table(PartitionedNamespace.create(root, table.schema, ["day"]), table)
         shutil.rmtree(root)
 
-    t = interleaved_samples({"with": lambda: write(True), "without": lambda: write(False)}, repeats=5)
+    t = interleaved_samples({"with": lambda: write(True), "without": lambda: write(False)}, repeats=9)
     cost = t["with"].median / t["without"].median - 1
     print(
         f"\n[statistics at write] {shape}, {WRITE_ROWS:,} rows into 100 partitions: with {t['with']}, "

@@ -101,6 +101,15 @@ def test_every_door_reads_one_table_for_a_point_lookup(
         explain = "\n".join(r[0] for r in spark.sql(f"EXPLAIN SELECT * FROM {table} WHERE {f}").collect())
         assert _scanned(explain) == (tables, DAYS, DAYS - tables), explain
         assert spark.sql(f"SELECT count(*) FROM {table} WHERE {f}").first()[0] == want.count()
+    # inside the table read, Lance's scan uses a zone map on id; the plan's line says so
+    create_scalar_index(root, "id", "ZONEMAP", spark=spark)
+    with caplog.at_level(logging.INFO, logger="lance_partitioned"):
+        _same(read_partitioned(spark, root, filter="id = 512"), oracle.where("id = 512"))
+    line = [r.getMessage() for r in caplog.records if "scanning" in r.getMessage()][-1]
+    assert line.endswith("; 1 scanned with a scalar index on id"), line
+    explain = "\n".join(r[0] for r in spark.sql(f"EXPLAIN SELECT * FROM {table} WHERE id = 512").collect())
+    assert "1 scanned with a scalar index on id" in explain, explain
+    assert "scalar index" not in PartitionedNamespace.load(root).plan_scan("id = 512").summary
 
 
 def test_writers_keep_statistics_that_never_hide_a_row(spark: SparkSession, warehouse: str) -> None:

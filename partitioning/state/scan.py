@@ -18,7 +18,7 @@ from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.pruning import partition_condition
 from partitioning.stats.skipping import RowStats
 from partitioning.storage.alignment import dataset_columns
-from partitioning.storage.manifest import partition_column
+from partitioning.storage.manifest import INDEX_KEY_PREFIX, partition_column
 from partitioning.storage.paths import table_uri
 
 __all__ = ["ScanPlan", "ScanTask", "plan_tables", "table_rows_by_spec"]
@@ -73,11 +73,15 @@ class ScanPlan:
             f"({per_spec}{by_stats}) at __manifest v{self.manifest_version}"
         )
 
-    def summary_with_indexes(self, schema: NamespaceSchema, storage_options: Mapping[str, str] | None) -> str:
-        """:attr:`summary` and, for a plan of at most :data:`INDEX_CHECKS` tables, how many of
-        them hold a Lance scalar index on a column of the filter (Lance's scan uses it)."""
+    def summary_with_indexes(
+        self, schema: NamespaceSchema, properties: Mapping[str, str], storage_options: Mapping[str, str] | None
+    ) -> str:
+        """:attr:`summary` and, for a plan of at most :data:`INDEX_CHECKS` tables of a namespace
+        with indexes (root ``properties`` recording one), how many of them hold a Lance scalar
+        index on a column of the filter (Lance's scan uses it)."""
         columns = sorted(c for c in columns_of(self.filter) if schema.arrow.get_field_index(c) >= 0)
-        if not columns or not self.tasks or len(self.tasks) > INDEX_CHECKS:
+        indexes = any(k.startswith(INDEX_KEY_PREFIX) for k in properties)
+        if not columns or not indexes or not self.tasks or len(self.tasks) > INDEX_CHECKS:
             return self.summary
         with ThreadPoolExecutor(max_workers=min(8, len(self.tasks))) as pool:
             found = list(pool.map(lambda t: _indexed(t, columns, schema, storage_options), self.tasks))
@@ -143,11 +147,10 @@ def plan_tables(
     ``row_stats`` their :class:`~partitioning.stats.skipping.RowStats`
     (:attr:`partitioning.state.namespace_state.NamespaceState.table_rows`); otherwise it is computed here.
     Pruning is one Arrow filter per spec version over those columns, then the kept tables'
-    column statistics (:func:`partitioning.stats.skipping.may_match`, unless ``column_stats``
-    is False); Python objects are
-    built only for the rows kept. Every kept row's ``location`` is checked
-    (:func:`partitioning.storage.paths.check_location`) before it becomes a task; rows pruned
-    away are never followed, so they are not.
+    column statistics (:meth:`partitioning.stats.skipping.RowStats.may_match`, unless
+    ``column_stats`` is False); Python objects are built only for the rows kept. Every kept
+    row's ``location`` is checked (:func:`partitioning.storage.paths.check_location`) before it
+    becomes a task; rows pruned away are never followed, so they are not.
     """
     if residual is None and not isinstance(f, TrueFilter):
         residual = to_sql(f)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -215,17 +217,33 @@ def collect_stats(table: pa.Table, schema: pa.Schema) -> TableStats:
     """Statistics of ``table``'s rows, for each top-level column of ``schema`` (the namespace
     schema, whose fields carry their field ids) of an orderable type."""
     columns = {}
+    names = table.schema.names
+    for name, fid, kind, t in _stats_columns(schema):
+        i = names.index(name) if name in names else -1
+        if i >= 0 and table.schema.field(i).type == t:
+            columns[fid] = _column_stats(table.column(i), t, kind)
+    return TableStats(table.num_rows, columns)
+
+
+@functools.lru_cache(maxsize=64)
+def _stats_columns(schema: pa.Schema) -> tuple[tuple[str, str, str, pa.DataType], ...]:
+    """(name, field id, recorded type name, type) of each column of ``schema`` that gets statistics."""
+    out = []
     for f in schema:
         kind = stats_type(f.type)
-        i = table.schema.get_field_index(f.name)
-        if kind is None or i < 0 or table.schema.field(i).type != f.type:
-            continue
-        columns[str(field_id_of(f))] = _column_stats(table.column(i), f.type, kind)
-    return TableStats(table.num_rows, columns)
+        if kind is not None:
+            out.append((f.name, str(field_id_of(f)), kind, f.type))
+    return tuple(out)
 
 
 def _column_stats(column: pa.ChunkedArray, t: pa.DataType, kind: str) -> ColumnStats:
     nulls = column.null_count
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
+        column = column.cast(pa.int64())  # bounds are kept as the stored integers
+    elif pa.types.is_date32(t):
+        column = column.cast(pa.int32())
+    if not nulls and (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+        return _numeric_stats(column, kind)
     nans = 0
     if pa.types.is_floating(t):
         is_nan = pc.is_nan(column)
@@ -236,16 +254,34 @@ def _column_stats(column: pa.ChunkedArray, t: pa.DataType, kind: str) -> ColumnS
     if not values:
         return ColumnStats(kind, nulls, nans, 0)
     low, high = (x.as_py() for x in pc.min_max(column).values())
-    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
-        low, high = (x.as_py() for x in pc.min_max(column.cast(pa.int64())).values())
-    elif pa.types.is_date32(t):
-        low, high = (x.as_py() for x in pc.min_max(column.cast(pa.int32())).values())
-    elif pa.types.is_floating(t):
-        low = None if math.isinf(low) else low
-        high = None if math.isinf(high) else high
+    if pa.types.is_floating(t):
+        low, high = _finite(low), _finite(high)
     elif isinstance(low, str):
         low, high = low[:STRING_PREFIX], _upper_prefix(high)
     return ColumnStats(kind, nulls, nans, values, low, high)
+
+
+def _numeric_stats(column: pa.ChunkedArray, kind: str) -> ColumnStats:
+    """A numeric column without NULLs, read by numpy without a copy (most columns written)."""
+    arrays = [c.to_numpy(zero_copy_only=True) for c in column.chunks if len(c)]
+    nans = 0
+    if arrays and arrays[0].dtype.kind == "f":
+        masks = [np.isnan(a) for a in arrays]
+        nans = int(sum(int(m.sum()) for m in masks))
+        if nans:
+            arrays = [a[~m] for a, m in zip(arrays, masks, strict=True)]
+    arrays = [a for a in arrays if len(a)]
+    if not arrays:
+        return ColumnStats(kind, 0, nans, 0)
+    low, high = min(a.min() for a in arrays).item(), max(a.max() for a in arrays).item()
+    if isinstance(low, float):
+        low, high = _finite(low), _finite(high)
+    return ColumnStats(kind, 0, nans, sum(len(a) for a in arrays), low, high)
+
+
+def _finite(bound: float) -> float | None:
+    """An infinite bound is no bound."""
+    return None if math.isinf(bound) else bound
 
 
 def _upper_prefix(value: str) -> str | None:
