@@ -13,6 +13,7 @@ import pytest
 from partitioning.errors import InvalidInput, PartitioningError, SchemaError
 from partitioning.namespace import PartitionedNamespace, TableCommit
 from partitioning.search import text_postings
+from partitioning.search.pinned import VersionCache
 from partitioning.search.text import plan_text_search, search_text
 from partitioning.search.text_postings import _tokenize_rows, index_tokenizer, tokenize
 from partitioning.tables.write import write_table
@@ -154,8 +155,7 @@ def test_deleted_rows_and_the_spark_job(spark, tmp_path, monkeypatch):
     live = pa.concat_tables([ns.open_table(p).to_table() for p in PartitionedNamespace.load(root).partitions()])
     oracle = lance.write_dataset(live.select(SCHEMA.names), root + "_oracle")
     oracle.create_scalar_index("text", "INVERTED")
-    monkeypatch.setattr(text_postings, "_cache", collections.OrderedDict())
-    monkeypatch.setattr(text_postings, "_held", [0])
+    monkeypatch.setattr(text_postings, "_cache", VersionCache(text_postings.CACHE_BYTES))
     for query in ("alpha", "beta gamma w3"):
         got = [(r["id"], r["_score"]) for r in search_text_partitioned(spark, root, query, driver_max_rows=0).collect()]
         assert_same_ranking(got, oracle, query, 10)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioning.search import vector_cache
+from partitioning.search.pinned import VersionCache
 
 
 def _oracle(matrix: np.ndarray, null: np.ndarray, q: np.ndarray, k: int, metric: str) -> tuple[list[int], np.ndarray]:
@@ -62,20 +63,19 @@ def test_nearest_positions_equal_numpy(rows, dim, k, metric, queries, block, see
 def test_the_cache_keeps_what_fits_and_lets_the_oldest_go(monkeypatch, tmp_path):
     import lance
 
-    monkeypatch.setattr(vector_cache, "_cache", type(vector_cache._cache)())
-    monkeypatch.setattr(vector_cache, "_held", [0])
     tables = []
     for i in range(3):
         v = pa.FixedSizeListArray.from_arrays(pa.array(np.full(400, i, np.float32)), 4)
         tables.append(lance.write_dataset(pa.table({"v": v}), str(tmp_path / f"d{i}")))
     one = vector_cache.vectors_from(tables[0].to_table().column("v").combine_chunks(), 4, "l2").nbytes
-    monkeypatch.setattr(vector_cache, "CACHE_BYTES", 2 * one)
+    cache = VersionCache[vector_cache.Vectors](2 * one)
+    monkeypatch.setattr(vector_cache, "_cache", cache)
     for i, ds in enumerate(tables):
         got = vector_cache.vectors_of(ds, ("d", i), "v", 4, "l2")
         assert got.matrix[0, 0] == i
-    assert [key[0] for key in vector_cache._cache] == [("d", 1), ("d", 2)]
-    assert vector_cache._held == [2 * one]
-    assert vector_cache.vectors_of(tables[1], ("d", 1), "v", 4, "l2") is vector_cache._cache[(("d", 1), "v", "l2")]
+    assert [key[0] for key in cache.keys()] == [("d", 1), ("d", 2)]
+    assert cache.held == 2 * one
+    assert vector_cache.vectors_of(tables[1], ("d", 1), "v", 4, "l2") is cache.get((("d", 1), "v", "l2"))
 
 
 def test_a_plan_that_keeps_no_vectors_leaves_the_cache_alone(tmp_path, monkeypatch):
@@ -87,8 +87,7 @@ def test_a_plan_that_keeps_no_vectors_leaves_the_cache_alone(tmp_path, monkeypat
     from partitioning.search.nearest import plan_search, search_tasks
     from partitioning.tables.write import write_table
 
-    monkeypatch.setattr(vector_cache, "_cache", type(vector_cache._cache)())
-    monkeypatch.setattr(vector_cache, "_held", [0])
+    monkeypatch.setattr(vector_cache, "_cache", VersionCache(vector_cache.CACHE_BYTES))
     schema = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("v", pa.list_(pa.float32(), 4))])
     root = str(tmp_path / "ns")
     ns = PartitionedNamespace.create(root, schema, ["p"])

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partitioning.errors import InvalidInput, PartitioningError, SchemaError, first_line, translate_lance_errors
+from partitioning.errors import InvalidInput, PartitioningError, first_line, translate_lance_errors
 from partitioning.namespace import PartitionedNamespace
 from partitioning.search import knn_scan, scanned
 from partitioning.search.pinned import index_metric, is_pinned, open_task, options_key, pinned_metric
@@ -36,6 +36,7 @@ from partitioning.search.query_args import (
     DEFAULT_REFINE_FACTOR,
     DISTANCE,
     METRICS,
+    output_columns,
     positive,
     query_matrix,
     resolve_vector_column,
@@ -132,12 +133,7 @@ def plan_search(
         positive("refine_factor", refine_factor)
     if metric is not None and (not isinstance(metric, str) or metric.lower() not in METRICS):
         raise InvalidInput(f"unknown metric {metric!r}; metrics are: {', '.join(METRICS)}")
-    output = tuple(arrow.names) if columns is None else tuple(columns)
-    for c in output:
-        if c not in arrow.names:
-            raise SchemaError(f"unknown column {c!r} in columns; columns are: {', '.join(arrow.names)}")
-    if DISTANCE in output:
-        raise InvalidInput(f"column {DISTANCE!r} is the search's distance; the namespace cannot have one")
+    output = output_columns(arrow, columns, DISTANCE, "distance")
     d = dialect or Dialect.datafusion("UTC")
     parsed = parse_filter(filter, d) if isinstance(filter, str) or filter is None else filter
     bound = bind(parsed, arrow, d)

@@ -4,13 +4,17 @@ A version pinned by ``__manifest`` (a ``read_version``, no branch or tag) never 
 so its dataset object, and the metric of its vector index, are kept per process
 (:data:`PINNED_DATASETS`, least recently used go first): without the dataset object every
 search reads the index from storage again (3x slower). Branch and tag reads may move and
-are opened each time.
+are opened each time. What is computed from a pinned version (its vectors, its postings) is
+kept in a :class:`VersionCache`, bounded by bytes.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from typing import Generic, Protocol, TypeVar
 
 import lance
 
@@ -18,9 +22,72 @@ from partitioning.errors import translate_lance_errors
 from partitioning.state.partition_tables import open_partition_table
 from partitioning.state.scan import ScanTask
 
-__all__ = ["PINNED_DATASETS", "index_metric", "is_pinned", "open_task", "options_key", "pinned_metric"]
+__all__ = ["PINNED_DATASETS", "VersionCache", "index_metric", "is_pinned", "open_task", "options_key", "pinned_metric"]
 
 PINNED_DATASETS = 256  # partition datasets kept open per process, with their index caches
+
+
+class _Sized(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+
+V = TypeVar("V", bound=_Sized)
+
+
+class VersionCache(Generic[V]):
+    """Values computed from pinned versions, kept per process while they hold at most
+    ``limit`` bytes together (least recently used go first; a larger one is not kept)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._values: OrderedDict[Hashable, V] = OrderedDict()
+        self._held = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def held(self) -> int:
+        """The bytes the values kept hold together."""
+        return self._held
+
+    def keys(self) -> list[Hashable]:
+        """The keys kept, least recently used first."""
+        with self._lock:
+            return list(self._values)
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._values
+
+    def get(self, key: Hashable) -> V | None:
+        with self._lock:
+            found = self._values.get(key)
+            if found is not None:
+                self._values.move_to_end(key)
+            return found
+
+    def put(self, key: Hashable, value: V) -> None:
+        if value.nbytes > self.limit:
+            return
+        with self._lock:
+            if key not in self._values:
+                self._values[key] = value
+                self._held += value.nbytes
+            while self._held > self.limit:
+                _, gone = self._values.popitem(last=False)
+                self._held -= gone.nbytes
+
+    def get_or_compute(self, key: Hashable | None, compute: Callable[[], V]) -> V:
+        """The value for ``key`` (None: not pinned, computed and not kept)."""
+        found = self.get(key) if key is not None else None
+        if found is None:
+            found = compute()
+            if key is not None:
+                self.put(key, found)
+        return found
 
 
 def is_pinned(task: ScanTask) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ __all__ = [
     "DEFAULT_REFINE_FACTOR",
     "DISTANCE",
     "METRICS",
+    "output_columns",
     "positive",
     "query_matrix",
     "resolve_vector_column",
@@ -24,6 +26,18 @@ __all__ = [
 DISTANCE = "_distance"
 METRICS = ("l2", "cosine", "dot")
 DEFAULT_METRIC = "l2"
+
+
+def output_columns(schema: pa.Schema, columns: Sequence[str] | None, added: str, what: str) -> tuple[str, ...]:
+    """The columns a search returns (None: all), besides ``added`` (its ``what``, which no
+    column of the namespace may be named)."""
+    output = tuple(schema.names) if columns is None else tuple(columns)
+    for c in output:
+        if c not in schema.names:
+            raise SchemaError(f"unknown column {c!r} in columns; columns are: {', '.join(schema.names)}")
+    if added in output:
+        raise InvalidInput(f"column {added!r} is the search's {what}; the namespace cannot have one")
+    return output
 
 
 def vector_columns(schema: pa.Schema) -> list[str]:

@@ -41,7 +41,7 @@ from partitioning.namespace import PartitionedNamespace
 from partitioning.search.index_model import recorded_specs
 from partitioning.search.indexes import column_name
 from partitioning.search.pinned import is_pinned, open_task, options_key
-from partitioning.search.query_args import positive
+from partitioning.search.query_args import output_columns, positive
 from partitioning.search.text_postings import Postings, index_tokenizer, is_held, postings_of, tokenize
 from partitioning.spec.field_ids import field_id_of
 from partitioning.spec.schema import NamespaceSchema
@@ -194,12 +194,7 @@ def plan_text_search(
     if not isinstance(query_text, str) or not query_text.strip():
         raise InvalidInput(f"query_text must be a non-empty string, got {query_text!r}")
     arrow = ns.schema
-    output = tuple(arrow.names) if columns is None else tuple(columns)
-    for c in output:
-        if c not in arrow.names:
-            raise SchemaError(f"unknown column {c!r} in columns; columns are: {', '.join(arrow.names)}")
-    if SCORE in output:
-        raise InvalidInput(f"column {SCORE!r} is the search's score; the namespace cannot have one")
+    output = output_columns(arrow, columns, SCORE, "score")
     d = dialect or Dialect.datafusion("UTC")
     bound = bind(parse_filter(filter, d) if isinstance(filter, str) or filter is None else filter, arrow, d)
     if not is_exactly_understood(bound):

@@ -21,8 +21,6 @@ Postings of a version pinned by ``__manifest`` never change, so they are kept pe
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from partitioning.errors import InvalidInput, translate_lance_errors
+from partitioning.search.pinned import VersionCache
 
 __all__ = ["CACHE_BYTES", "Postings", "hold", "index_tokenizer", "is_held", "postings_from", "postings_of", "tokenize"]
 
@@ -57,9 +56,7 @@ _OPTIONS = (
 # a word the simple and whitespace tokenizers keep whole: rows are tokenized in batches joined by it
 _BREAK = "qzxjv7rowbreak7qzxjv"
 _BATCH = 256  # rows per lance.tokenize call (one call costs about 30 us whatever its length)
-_lock = threading.Lock()
-_cache: OrderedDict[Hashable, Postings] = OrderedDict()
-_held = [0]
+_cache: VersionCache[Postings] = VersionCache(CACHE_BYTES)
 
 
 def index_tokenizer(dataset: lance.LanceDataset, column: str) -> tuple[tuple[str, Any], ...] | None:
@@ -168,22 +165,12 @@ def postings_from(texts: pa.Array, options: Sequence[tuple[str, Any]]) -> Postin
 
 def is_held(key: Hashable, column: str, options: Sequence[tuple[str, Any]]) -> bool:
     """Whether this process holds the postings of ``column`` of the pinned version ``key``."""
-    with _lock:
-        return (key, column, tuple(options)) in _cache
+    return (key, column, tuple(options)) in _cache
 
 
 def hold(key: Hashable, column: str, options: Sequence[tuple[str, Any]], postings: Postings) -> None:
     """Keep ``postings`` (of ``column`` of the pinned version ``key``) while the cache has room."""
-    if postings.nbytes > CACHE_BYTES:
-        return
-    full = (key, column, tuple(options))
-    with _lock:
-        if full not in _cache:
-            _cache[full] = postings
-            _held[0] += postings.nbytes
-        while _held[0] > CACHE_BYTES:
-            _, gone = _cache.popitem(last=False)
-            _held[0] -= gone.nbytes
+    _cache.put((key, column, tuple(options)), postings)
 
 
 def postings_of(
@@ -191,16 +178,10 @@ def postings_of(
 ) -> Postings:
     """The partition's postings of ``column`` (its name in the dataset), from the cache when
     ``key`` (a pinned version) is given."""
-    if key is not None:
-        full = (key, column, tuple(options))
-        with _lock:
-            found = _cache.get(full)
-            if found is not None:
-                _cache.move_to_end(full)
-                return found
-    with translate_lance_errors(f"read column {column!r} of {dataset.uri}"):
-        texts = dataset.to_table(columns=[column]).column(column).combine_chunks()
-    found = postings_from(texts, options)
-    if key is not None:
-        hold(key, column, options, found)
-    return found
+
+    def compute() -> Postings:
+        with translate_lance_errors(f"read column {column!r} of {dataset.uri}"):
+            texts = dataset.to_table(columns=[column]).column(column).combine_chunks()
+        return postings_from(texts, options)
+
+    return _cache.get_or_compute((key, column, tuple(options)) if key is not None else None, compute)

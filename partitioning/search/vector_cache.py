@@ -15,8 +15,6 @@ the columns).
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -26,15 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partitioning.errors import translate_lance_errors
+from partitioning.search.pinned import VersionCache
 
 __all__ = ["CACHE_BYTES", "Found", "Vectors", "nearest_positions", "vectors_from", "vectors_of"]
 
 CACHE_BYTES = int(os.environ.get("LANCE_PARTITIONED_VECTOR_CACHE_BYTES", 256 << 20))
 _WIDTH = 8  # rows per block whose minimum bounds a query's candidates
 _BLOCK = 1 << 24  # queries x rows scored at once (64 MiB of float32 scores)
-_lock = threading.Lock()
-_cache: OrderedDict[Hashable, Vectors] = OrderedDict()
-_held = [0]
+_cache: VersionCache[Vectors] = VersionCache(CACHE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -87,24 +84,8 @@ def vectors_from(raw: pa.Array, dimension: int, metric: str) -> Vectors:
 
 def vectors_of(dataset: lance.LanceDataset, key: Hashable | None, column: str, dimension: int, metric: str) -> Vectors:
     """The partition's vectors, from the cache when ``key`` (a pinned version) is given."""
-    if key is None:
-        return _read(dataset, column, dimension, metric)
-    full = (key, column, metric)
-    with _lock:
-        found = _cache.get(full)
-        if found is not None:
-            _cache.move_to_end(full)
-            return found
-    found = _read(dataset, column, dimension, metric)
-    if found.nbytes <= CACHE_BYTES:
-        with _lock:
-            if full not in _cache:
-                _cache[full] = found
-                _held[0] += found.nbytes
-            while _held[0] > CACHE_BYTES:
-                _, gone = _cache.popitem(last=False)
-                _held[0] -= gone.nbytes
-    return found
+    full = (key, column, metric) if key is not None else None
+    return _cache.get_or_compute(full, lambda: _read(dataset, column, dimension, metric))
 
 
 def nearest_positions(vectors: Vectors, queries: np.ndarray, k: int, metric: str) -> Found:
