@@ -126,7 +126,7 @@ class BridgeSource(LancePartitionedDataSource):
         plan = ns.plan_scan(conjunction([self._exact, self._prune]))
         self._plan = plan
         out: dict[str, Any] = {
-            "summary": plan.summary_with_indexes(ns.namespace_schema, ns.storage_options),
+            "summary": plan.summary_with_indexes(ns.namespace_schema, ns.properties, ns.storage_options),
             "tables": len(plan.tasks),
             "total": sum(plan.total.values()),
             "version": plan.manifest_version,

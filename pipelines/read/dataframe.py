@@ -109,7 +109,7 @@ def read_partitioned_with_plan(
     # planned here, so a damaged __manifest row the scan needs is one line now, not a Spark
     # planning error at the first action; the data source plans the same tables again
     plan = ns.plan_scan(parsed, dialect=dialect)
-    log.info(plan.summary_with_indexes(ns.namespace_schema, ns.storage_options))
+    log.info(plan.summary_with_indexes(ns.namespace_schema, ns.properties, ns.storage_options))
     if filter is not None and filter.strip():
         reader = reader.option("prune_filter", filter)
         for key, value in dialect_options(dialect).items():
