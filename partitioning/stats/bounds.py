@@ -173,16 +173,19 @@ class StatsChange:
     ``added``: the statistics of the rows it adds (an empty :class:`TableStats` for a commit
     that only deletes rows or rewrites files); ``base_version``: the table version whose rows
     it kept (None: the new version holds only the added rows, as a new table or an overwrite
-    does); ``forget``: field ids whose values it changed without knowing to what (Lance's
-    ``UPDATE``); ``replace``: columns whose statistics for the whole table it knows (a
-    backfill). A table built on a version keeps statistics only when its recorded ones hold
-    for that version; a commit without a :class:`StatsChange` leaves the table without any.
+    does); ``forget``: field ids whose values it changed without knowing to what;
+    ``replace``: columns whose statistics for the whole table it knows (a backfill);
+    ``widen``: the statistics of new values of some columns, merged into the table's (Lance's
+    ``UPDATE``: the rows it rewrote, whose old values the bounds keep enclosing). A table
+    built on a version keeps statistics only when its recorded ones hold for that version;
+    a commit without a :class:`StatsChange` leaves the table without any.
     """
 
     added: TableStats
     base_version: int | None
     forget: frozenset[str] = frozenset()
     replace: Mapping[str, ColumnStats] = field(default_factory=dict)
+    widen: Mapping[str, ColumnStats] = field(default_factory=dict)
 
     def apply(self, before: TableStats | None, before_version: int | None) -> TableStats | None:
         """The statistics after the commit, given those recorded for ``before_version``."""
@@ -195,7 +198,14 @@ class StatsChange:
         if after is None:
             return None
         kept = after.without(self.forget)
-        return TableStats(kept.rows, {**kept.columns, **self.replace})
+        columns = {**kept.columns, **self.replace}
+        for fid, wider in self.widen.items():
+            merged = columns[fid].merged(wider) if fid in columns else None
+            if merged is not None:
+                columns[fid] = merged
+            else:
+                columns.pop(fid, None)
+        return TableStats(kept.rows, columns)
 
 
 def stats_type(t: pa.DataType) -> str | None:

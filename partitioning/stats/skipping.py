@@ -40,36 +40,38 @@ __all__ = ["RowStats", "may_match"]
 
 class RowStats:
     """The column statistics of a list of ``__manifest`` table rows (``metadata`` and the
-    ``read_*`` columns), decoded on first use, one column at a time, and kept: a manifest
-    version's state holds one per spec version, so its statistics are decoded once."""
+    ``read_*`` columns), decoded on first use and kept: a manifest version's state holds one
+    per spec version. A plan decodes only the rows partition pruning kept; a plan of every
+    row keeps each column's ranges, so later plans of the version decode nothing."""
+
+    _NAMES = ("metadata", "read_version", "read_branch", "read_tag")
 
     def __init__(self, rows: pa.Table) -> None:
         self._rows = rows
-        self._raw: list[Mapping[str, Any] | None] | None = None
+        self._decoded: dict[int, Mapping[str, Any] | None] = {}
         self._ranges: dict[tuple[str, str], _Ranges] = {}
 
-    def _columns(self) -> list[Mapping[str, Any] | None]:
-        """Per row, its statistics' ``columns`` if they hold for the version the row reads."""
-        if self._raw is None:
-            names = ("metadata", "read_version", "read_branch", "read_tag")
-            raw: list[Mapping[str, Any] | None] = []
-            for metadata, version, branch, tag in zip(*(self._rows.column(c).to_pylist() for c in names), strict=True):
-                body = None
-                if metadata and STATS_KEY in metadata and branch is None and tag is None:
-                    try:
-                        props = json.loads(metadata)
-                    except ValueError:
-                        props = None
-                    body = raw_stats(props.get(STATS_KEY), version) if isinstance(props, dict) else None
-                raw.append(body["columns"] if body is not None else None)
-            self._raw = raw
-        return self._raw
+    def _columns(self, rows: np.ndarray | None) -> list[Mapping[str, Any] | None]:
+        """Per row (of ``rows``; default every row), its statistics' ``columns`` if they hold
+        for the version the row reads."""
+        wanted = range(self._rows.num_rows) if rows is None else rows.tolist()
+        missing = [i for i in wanted if i not in self._decoded]
+        if missing:
+            part = self._rows.select(list(self._NAMES))
+            part = part if len(missing) == self._rows.num_rows else part.take(pa.array(missing, pa.int64()))
+            values = zip(*(part.column(c).to_pylist() for c in self._NAMES), strict=True)
+            for i, (metadata, version, branch, tag) in zip(missing, values, strict=True):
+                self._decoded[i] = _decode(metadata, version, branch, tag)
+        return [self._decoded[i] for i in wanted]
 
-    def ranges(self, field: pa.Field) -> _Ranges:
+    def ranges(self, field: pa.Field, rows: np.ndarray | None = None) -> _Ranges:
+        """The column's ranges over ``rows`` (default every row, then kept)."""
+        if rows is not None:
+            return _Ranges.of(self._columns(rows), field)
         key = (str(field_id_of(field)), str(field.type))
         found = self._ranges.get(key)
         if found is None:
-            found = self._ranges[key] = _Ranges.of(self._columns(), field)
+            found = self._ranges[key] = _Ranges.of(self._columns(None), field)
         return found
 
     def may_match(self, f: Filter, schema: NamespaceSchema, rows: np.ndarray | None = None) -> np.ndarray | None:
@@ -78,13 +80,22 @@ class RowStats:
         arrow = schema.arrow
         names = [c for c in columns_of(f) if arrow.get_field_index(c) >= 0]
         fields = {c: arrow.field(c) for c in names if stats_type(arrow.field(c).type) is not None}
-        if not fields or not self._rows.num_rows or all(c is None for c in self._columns()):
-            return None
-        ranges = {c: self.ranges(field) for c, field in fields.items()}
-        if rows is not None:
-            ranges = {c: r.take(rows) for c, r in ranges.items()}
         n = self._rows.num_rows if rows is None else len(rows)
-        return _Judge(ranges, n).keep(f)
+        if not fields or not n or all(c is None for c in self._columns(rows)):
+            return None
+        return _Judge({c: self.ranges(field, rows) for c, field in fields.items()}, n).keep(f)
+
+
+def _decode(metadata: Any, version: Any, branch: Any, tag: Any) -> Mapping[str, Any] | None:
+    """A table row's statistics' ``columns``, if they hold for the version the row reads."""
+    if not metadata or STATS_KEY not in metadata or branch is not None or tag is not None:
+        return None
+    try:
+        props = json.loads(metadata)
+    except ValueError:
+        return None
+    body = raw_stats(props.get(STATS_KEY), version) if isinstance(props, dict) else None
+    return body["columns"] if body is not None else None
 
 
 def may_match(f: Filter, rows: pa.Table, schema: NamespaceSchema) -> np.ndarray | None:
@@ -119,12 +130,6 @@ class _Ranges:
             lo[i], hi[i] = c.lo, c.hi
         wide = pa.float64() if pa.types.is_floating(t) else t
         return cls(wide, values, nulls, nans, _typed(lo, t, wide), _typed(hi, t, wide))
-
-    def take(self, rows: np.ndarray) -> _Ranges:
-        at = pa.array(rows, pa.int64())
-        return _Ranges(
-            self.type, self.values[rows], self.nulls[rows], self.nans[rows], self.lo.take(at), self.hi.take(at)
-        )
 
 
 def _typed(bounds: list[Any], t: pa.DataType, wide: pa.DataType) -> pa.Array:

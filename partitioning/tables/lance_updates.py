@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import lance
+import pyarrow as pa
 
 from partitioning.errors import ConcurrentModification, PartitioningError, first_line
 from partitioning.namespace import PartitionedNamespace, TableCommit
@@ -36,7 +37,7 @@ from partitioning.sql.assign import lance_assignments
 from partitioning.sql.filters import Filter
 from partitioning.sql.rowfilter import exact_lance_filter
 from partitioning.sql.tokens import Dialect
-from partitioning.stats.bounds import StatsChange, TableStats
+from partitioning.stats.bounds import StatsChange, TableStats, collect_stats
 from partitioning.storage.alignment import dataset_columns, is_aligned
 from partitioning.storage.datasets import DEFAULT_COMMIT_ATTEMPTS
 from partitioning.storage.guard import Guard
@@ -60,6 +61,7 @@ class _Changed:
     fragments: int
     files: int
     bytes: int
+    stats: StatsChange  # the updated columns' bounds widened by the values written
 
 
 class _Declined(PartitioningError):
@@ -96,7 +98,7 @@ def update_in_lance(
         return None
     rows = sum(u.rows for u in changed)
     version, attempt = _commit(
-        ns, read, changed, read_set, _metrics(operation, changed, started), guard, intent, max_attempts, _ids(ns, set)
+        ns, read, changed, read_set, _metrics(operation, changed, started), guard, intent, max_attempts
     )
     return RewriteResult(
         root=ns.root,
@@ -134,6 +136,7 @@ def _run(
     same rows, which the commit records like the others."""
     tables = ns.tables_by_id(read)
     schema = ns.namespace_schema
+    updated = [schema.arrow.field(n) for n in {c.split(".")[0] for c in set} if schema.arrow.get_field_index(n) >= 0]
     # every table updated here has the namespace's own columns (is_aligned): one SQL for all
     mapping = dataset_columns(schema.dataset_arrow, schema)
     condition = exact_lance_filter(where, schema.arrow, mapping)
@@ -171,7 +174,8 @@ def _run(
         new = [frag for frag in dataset.get_fragments() if frag.fragment_id not in before]
         files = [f for frag in new for f in frag.metadata.files]
         size = sum(int(f.file_size_bytes or 0) for f in files)
-        return _Changed(object_id, dataset.version, int(done["num_rows_updated"]), len(new), len(files), size)
+        stats = _written_stats(new, read[object_id], updated)
+        return _Changed(object_id, dataset.version, int(done["num_rows_updated"]), len(new), len(files), size, stats)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_COMMITS, len(read)))) as pool:
@@ -188,11 +192,21 @@ def _run(
         return None
 
 
-def _ids(ns: PartitionedNamespace, set: Mapping[str, str]) -> frozenset[str]:
-    """The field ids of the top-level columns an update's assignments change."""
-    arrow = ns.namespace_schema.arrow
-    names = {column.split(".")[0] for column in set}
-    return frozenset(str(field_id_of(arrow.field(n))) for n in names if arrow.get_field_index(n) >= 0)
+def _written_stats(new: list[lance.LanceFragment], base: int, updated: list[pa.Field]) -> StatsChange:
+    """The table keeps its statistics, the updated columns' widened by the values Lance wrote
+    (its new fragments hold only the rewritten rows; their old values stay inside the bounds)."""
+    names = [f.name for f in updated]
+    if not names:
+        return StatsChange(TableStats(0), base)
+    try:
+        written = pa.concat_tables([frag.to_table(columns=names) for frag in new]) if new else None
+    except (OSError, RuntimeError, ValueError):
+        written = None
+    if written is None:
+        return StatsChange(TableStats(0), base, forget=frozenset(str(field_id_of(f)) for f in updated))
+    seen = collect_stats(written, pa.schema(updated))
+    lost = frozenset(str(field_id_of(f)) for f in updated) - set(seen.columns)
+    return StatsChange(TableStats(0), base, forget=lost, widen=seen.columns)
 
 
 def _metrics(operation: Operation, changed: list[_Changed], started: float | None) -> Operation:
@@ -233,10 +247,8 @@ def _commit(
     guard: Guard | None,
     intent: Intent | None,
     max_attempts: int,
-    updated: frozenset[str],
 ) -> tuple[int, int]:
-    """ONE ``__manifest`` commit of the tables' new versions: (its version, the attempts);
-    the tables keep their column statistics but those of the ``updated`` field ids."""
+    """ONE ``__manifest`` commit of the tables' new versions: (its version, the attempts)."""
     schema_json = ns.namespace_schema.to_json()
     what = recorded.name.lower()
     last: ConcurrentModification | None = None
@@ -255,10 +267,9 @@ def _commit(
             raise ReadSetChanged(f"{ns.root}: {difference} while this {what} ran")
         current = ns.tables_by_id(u.object_id for u in changed)
         commits = [
-            TableCommit(t.spec_id, t.values, t.location, u.version, u.object_id, forget)
+            TableCommit(t.spec_id, t.values, t.location, u.version, u.object_id, u.stats)
             for u in changed
             for t in [current[u.object_id]]
-            for forget in [StatsChange(TableStats(0), read[u.object_id], forget=updated)]
         ]
         try:
             version = ns.commit_once(commits, operation=recorded, guard=guard, intent=intent)
