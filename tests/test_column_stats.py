@@ -279,3 +279,18 @@ def test_float_edges_follow_sparks_order(tmp_path: Path, f: str) -> None:
     wanted = _partitions_matching(_stored(ns), f)
     assert wanted <= kept, f"{f}: partitions {wanted - kept} hold matching rows and were skipped"
     assert len(kept) < len(by_id) or f in ("x IS NOT NULL", "x != 1.0")  # the statistics do skip
+
+
+def test_a_writer_told_to_record_none_leaves_tables_read_by_every_filter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANCE_PARTITIONED_COLUMN_STATS", "0")
+    ns = _namespace(tmp_path / "ns", [{"p": 1, "id": 5}, {"p": 2, "id": 500}], 1)
+    assert all(STATS_KEY not in _metadata(tmp_path, t.object_id) for t in ns.partitions())
+    assert len(ns.plan_scan("id = 5")) == 2
+    monkeypatch.delenv("LANCE_PARTITIONED_COLUMN_STATS")
+    write_table(ns, pa.Table.from_pylist([{"p": 1, "id": 6}], schema=SCHEMA))
+    ns = PartitionedNamespace.load(str(tmp_path / "ns"))
+    assert len(ns.plan_scan("id = 5")) == 2  # an append cannot vouch for the rows before it
+    write_table(ns, pa.Table.from_pylist([{"p": 3, "id": 7}], schema=SCHEMA))
+    assert len(PartitionedNamespace.load(str(tmp_path / "ns")).plan_scan("id = 5")) == 2  # p=3 skipped

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -39,6 +40,9 @@ __all__ = ["FragmentWriter", "add_partition_columns"]
 
 
 DEFAULT_MAX_ROWS_PER_FILE = 1_048_576
+
+# Set to "0" in the driver's environment, writers record no column statistics (measuring their cost).
+COLUMN_STATS_ENV = "LANCE_PARTITIONED_COLUMN_STATS"
 
 # Rows a task gathers before splitting them by partition (see FragmentWriter.__call__).
 SPLIT_ROWS = 65_536
@@ -81,6 +85,7 @@ class FragmentWriter:
     max_open_writers: int = 1
     max_buffered_rows: int | None = None
     derive_fields: tuple[PartitionField, ...] = ()
+    column_stats: bool = True
 
     @classmethod
     def for_namespace(
@@ -114,6 +119,7 @@ class FragmentWriter:
             max_open_writers=max_open_writers,
             max_buffered_rows=max_buffered_rows,
             derive_fields=tuple(spec.fields) if derive_keys else (),
+            column_stats=os.environ.get(COLUMN_STATS_ENV, "1") != "0",
         )
 
     @cached_property
@@ -239,15 +245,20 @@ class FragmentWriter:
         row = {"object_id": "", "location": "", "fragments": "[]", "num_rows": 0, REJECTED: json.dumps(counts)}
         return pa.RecordBatch.from_pylist([row], schema=self.output_schema)
 
-    def buffer_stats(self, buf: _Buffer) -> str:
+    def buffer_stats(self, buf: _Buffer) -> str | None:
         """The column statistics of a buffer's rows (JSON for its message), computed in the task's
-        thread: in a flush thread, waiting for the GIL costs more than the work."""
+        thread: in a flush thread, waiting for the GIL costs more than the work. None when the
+        writer records none (its tables then have none, and every filter reads them)."""
+        if not self.column_stats:
+            return None
         stats = TableStats(0)
         for table in buf.tables:
             stats = stats.merged(collect_stats(table, self.schema.arrow))
         return stats.to_json(None)
 
-    def _flush(self, key: PartitionKey, buf: _Buffer, object_id: str, location: str, stats: str) -> pa.RecordBatch:
+    def _flush(
+        self, key: PartitionKey, buf: _Buffer, object_id: str, location: str, stats: str | None
+    ) -> pa.RecordBatch:
         # One contiguous chunk per column: Lance encodes it about a third faster than many small ones.
         data = (pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]).combine_chunks()
         kwargs: dict[str, Any] = {"max_rows_per_file": self.max_rows_per_file}
