@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import lance
@@ -24,7 +25,6 @@ import pytest
 import partitioning.tables.fragments as fragments
 from benchmarks.conftest import interleaved_samples
 from partitioning import PartitionedNamespace
-from partitioning.stats.bounds import TableStats
 from partitioning.tables.write import write_table
 from pipelines import read_partitioned, register_data_source
 
@@ -90,36 +90,41 @@ def test_lookups_on_a_clustered_id(spark, tmp_path):
     assert len(plans["point id = X"]) == 1
 
 
+def _cost(label: str, write: Callable[[str], object], tmp_path: Path, monkeypatch, repeats: int) -> None:
+    """``write`` into a fresh root with statistics collected and with them switched off
+    (``LANCE_PARTITIONED_COLUMN_STATS=0``, read where the writer is made), interleaved."""
+    runs = 0
+
+    def run(with_stats: bool) -> None:
+        nonlocal runs
+        runs += 1
+        monkeypatch.setenv(fragments.COLUMN_STATS_ENV, "1" if with_stats else "0")
+        root = str(tmp_path / f"w{runs}")
+        write(root)
+        shutil.rmtree(root)
+
+    t = interleaved_samples({"with": lambda: run(True), "without": lambda: run(False)}, repeats=repeats)
+    cost = t["with"].median / t["without"].median - 1
+    print(f"\n{label}: with {t['with']}, without {t['without']}: {cost:+.1%} (target <= +5%)")
+
+
 @pytest.mark.parametrize("shape", ["narrow ints", "mixed strings"])
 def test_statistics_cost_at_write(tmp_path, monkeypatch, shape):
     table = _events(WRITE_ROWS, 100, strings=shape == "mixed strings")
-    collect = fragments.collect_stats
-    runs = 0
-
-    def write(with_stats: bool) -> None:
-        nonlocal runs
-        runs += 1
-        if with_stats:
-            monkeypatch.setattr(fragments, "collect_stats", collect)
-        else:
-            monkeypatch.setattr(fragments, "collect_stats", lambda data, schema: TableStats(data.num_rows))
-        root = str(tmp_path / f"w{runs}")
-        write_table(PartitionedNamespace.create(root, table.schema, ["day"]), table)
-        shutil.rmtree(root)
-
-    t = interleaved_samples({"with": lambda: write(True), "without": lambda: write(False)}, repeats=9)
-    cost = t["with"].median / t["without"].median - 1
-    print(
-        f"\n[statistics at write] {shape}, {WRITE_ROWS:,} rows into 100 partitions: with {t['with']}, "
-        f"without {t['without']}: {cost:+.1%} (target <= +5%)"
+    label = f"[statistics at write] {shape}, {WRITE_ROWS:,} rows into 100 partitions"
+    _cost(
+        label,
+        lambda root: write_table(PartitionedNamespace.create(root, table.schema, ["day"]), table),
+        tmp_path,
+        monkeypatch,
+        9,
     )
 
 
 @pytest.mark.parametrize("shape", ["narrow ints", "mixed strings"])
 def test_statistics_cost_of_a_spark_write(spark, tmp_path, monkeypatch, shape):
     """The same through ``write_partitioned`` of a DataFrame read from parquet files (the
-    collection switched off with ``LANCE_PARTITIONED_COLUMN_STATS=0`` in the driver, which the
-    writer it pickles to the tasks carries)."""
+    driver's choice travels to the tasks with the writer it pickles)."""
     import pyarrow.parquet as pq
 
     from pipelines import write_partitioned
@@ -129,19 +134,11 @@ def test_statistics_cost_of_a_spark_write(spark, tmp_path, monkeypatch, shape):
     source.mkdir()
     for i, start in enumerate(range(0, table.num_rows, 500_000)):
         pq.write_table(table.slice(start, 500_000), source / f"part-{i}.parquet")
-    runs = 0
-
-    def write(with_stats: bool) -> None:
-        nonlocal runs
-        runs += 1
-        monkeypatch.setenv(fragments.COLUMN_STATS_ENV, "1" if with_stats else "0")
-        root = str(tmp_path / f"s{runs}")
-        write_partitioned(spark.read.parquet(str(source)), root, partition_by=["day"])
-        shutil.rmtree(root)
-
-    t = interleaved_samples({"with": lambda: write(True), "without": lambda: write(False)}, repeats=7)
-    cost = t["with"].median / t["without"].median - 1
-    print(
-        f"\n[statistics at a Spark write] {shape}, {WRITE_ROWS:,} rows from parquet into 100 partitions: "
-        f"with {t['with']}, without {t['without']}: {cost:+.1%} (target <= +5%)"
+    label = f"[statistics at a Spark write] {shape}, {WRITE_ROWS:,} rows from parquet into 100 partitions"
+    _cost(
+        label,
+        lambda root: write_partitioned(spark.read.parquet(str(source)), root, partition_by=["day"]),
+        tmp_path,
+        monkeypatch,
+        7,
     )

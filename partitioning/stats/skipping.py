@@ -35,7 +35,7 @@ from partitioning.spec.values import literal_fits
 from partitioning.sql.filters import And, Approx, Cmp, Const, Filter, In, IsNull, Like, Not, Or, columns_of, like_prefix
 from partitioning.stats.bounds import STATS_KEY, ColumnStats, raised, raw_stats, stats_type
 
-__all__ = ["RowStats", "may_match"]
+__all__ = ["RowStats"]
 
 
 class RowStats:
@@ -96,11 +96,6 @@ def _decode(metadata: Any, version: Any, branch: Any, tag: Any) -> Mapping[str, 
         return None
     body = raw_stats(props.get(STATS_KEY), version) if isinstance(props, dict) else None
     return body["columns"] if body is not None else None
-
-
-def may_match(f: Filter, rows: pa.Table, schema: NamespaceSchema) -> np.ndarray | None:
-    """:meth:`RowStats.may_match` of ``rows`` decoded for this call."""
-    return RowStats(rows).may_match(f, schema)
 
 
 @dataclass(frozen=True)
